@@ -1,0 +1,47 @@
+# spo-service developer commands. `make help` lists them.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv check format test test-fast serve bench demo-model clean
+
+help:  ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## create .venv from the exact pins (Python 3.11)
+
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "spo-service needs Python 3.11 (bert4keras imports distutils)"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	# bert4keras declares keras<=2.3.1 (unsatisfiable with any TF 2.12+); it has no other dependencies.
+	$(BIN)/pip install -q --no-deps bert4keras==0.11.5
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	@touch $@
+
+check: venv  ## lint, format check and type check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: venv  ## apply ruff formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: venv  ## the whole test suite, slow and live tests included
+	$(BIN)/pytest
+
+test-fast: venv  ## the suite without slow and live tests
+	$(BIN)/pytest -m "not slow and not live"
+
+serve: venv  ## start the service on models/demo (gunicorn; SPO_* variables configure it)
+	$(BIN)/spo serve
+
+bench: venv  ## run the benchmarks (minutes to hours; writes bench/results/)
+	$(BIN)/python -m bench
+
+clean:  ## remove caches (keeps .venv)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis

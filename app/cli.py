@@ -1,0 +1,14 @@
+"""The ``spo`` management command: a click group over thin commands, each owned by its module."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spo-service", prog_name="spo")
+def main() -> None:
+    """spo-service: extract entities and (subject, predicate, object) triples from Chinese text."""
+
+
+# Each command lives with the code it drives; register it here (one line per module).

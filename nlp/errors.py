@@ -1,0 +1,48 @@
+"""The library's errors: one small hierarchy, each class with a stable ``code``.
+
+The web layer (``app/errors.py``) and the batch command translate these; nothing else should need to
+know their codes. Codes are part of the public API: never rename one.
+"""
+
+from __future__ import annotations
+
+
+class SpoError(Exception):
+    """Base class. ``code`` is stable; ``message`` is for humans."""
+
+    code = "spo_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(SpoError):
+    """The caller's input cannot be processed (bad type, invalid unicode...)."""
+
+    code = "invalid_input"
+
+
+class TextTooLong(InvalidInput):
+    """A text is over the configured maximum length in characters."""
+
+    code = "text_too_long"
+
+
+class ModelLoadError(SpoError):
+    """A model directory cannot be loaded (missing file, bad SavedModel, tensor not in graph...)."""
+
+    code = "model_load_error"
+
+
+class ManifestError(ModelLoadError):
+    """``model.json`` is missing a field or has an invalid one; ``field`` names it."""
+
+    code = "invalid_manifest"
+
+
+class UnsupportedPrecision(ModelLoadError):
+    """A precision mode was asked for that this CPU or TensorFlow build cannot run."""
+
+    code = "unsupported_precision"
