@@ -1,0 +1,22 @@
+from pathlib import Path
+
+from training.vocab import DEFAULT_PATH, vocab_tokens, write_vocab
+
+
+def test_vocab_committed_file_matches_generator(tmp_path: Path) -> None:
+    out = tmp_path / "vocab.txt"
+    write_vocab(out)
+    assert out.read_bytes() == DEFAULT_PATH.read_bytes()
+
+
+def test_vocab_layout_and_coverage() -> None:
+    tokens = list(vocab_tokens())
+    assert len(tokens) == len(set(tokens))
+    assert tokens[0] == "[PAD]"
+    assert tokens[1:100] == [f"[unused{i}]" for i in range(1, 100)]
+    assert tokens[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    present = set(tokens)
+    assert all(chr(c) in present for c in range(0x4E00, 0xA000))
+    for ch in "《》“”、，。！？；：（）·—…0９ａＺz":
+        assert ch in present, ch
+    assert "##ing" in present
