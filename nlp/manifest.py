@@ -150,9 +150,9 @@ def manifest_document(
     if outputs is not None:
         doc["outputs"] = outputs
     doc["threshold"] = threshold
-    doc["length_buckets"] = length_buckets or [b for b in DEFAULT_LENGTH_BUCKETS if b < max_length] + [
-        max_length
-    ]
+    doc["length_buckets"] = length_buckets or [
+        b for b in DEFAULT_LENGTH_BUCKETS if b < max_length
+    ] + [max_length]
     doc["batch_buckets"] = batch_buckets or list(DEFAULT_BATCH_BUCKETS)
     return doc
 
@@ -167,7 +167,9 @@ def _fail(field: str, problem: str) -> ManifestError:
     return ManifestError(f"model.json: field '{field}': {problem}", field=field)
 
 
-def _req(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str | None = None) -> Any:
+def _req(
+    doc: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str | None = None
+) -> Any:
     name = field or key
     if key not in doc:
         raise _fail(name, "missing")
@@ -181,8 +183,14 @@ def _req(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], field: st
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
-             dict: "an object"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+    }
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
@@ -192,7 +200,9 @@ def _nonempty_str(value: Any, field: str) -> str:
     return value
 
 
-def _buckets(doc: dict[str, Any], key: str, default: tuple[int, ...], cap: int | None) -> tuple[int, ...]:
+def _buckets(
+    doc: dict[str, Any], key: str, default: tuple[int, ...], cap: int | None
+) -> tuple[int, ...]:
     raw = doc.get(key)
     if raw is None:
         values = [b for b in default if cap is None or b < cap]
@@ -208,9 +218,13 @@ def _buckets(doc: dict[str, Any], key: str, default: tuple[int, ...], cap: int |
         raise _fail(key, "must be strictly increasing")
     if cap is not None:
         if raw[0] < 3:
-            raise _fail(key, "the smallest length bucket must hold [CLS], one token and [SEP] (>= 3)")
+            raise _fail(
+                key, "the smallest length bucket must hold [CLS], one token and [SEP] (>= 3)"
+            )
         if raw[-1] != cap:
-            raise _fail(key, f"the largest length bucket must equal max_length ({cap}), got {raw[-1]}")
+            raise _fail(
+                key, f"the largest length bucket must equal max_length ({cap}), got {raw[-1]}"
+            )
     return tuple(raw)
 
 
@@ -232,7 +246,9 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         raise _fail("<root>", "expected a JSON object")
     version = doc.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise _fail("format_version", f"unsupported version {version!r} (this build reads {FORMAT_VERSION})")
+        raise _fail(
+            "format_version", f"unsupported version {version!r} (this build reads {FORMAT_VERSION})"
+        )
     name = _nonempty_str(_req(doc, "name", str), "name")
     model_version = doc.get("version", "1")
     if not isinstance(model_version, str | int) or isinstance(model_version, bool):
@@ -275,10 +291,15 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     vocab_path = resolve_vocab(directory, vocab_rel)
     if check_files:
         if not vocab_path.is_file():
-            raise _fail("vocab.path", f"file not found: {vocab_rel} (looked in {directory} and {PROJECT_ROOT})")
+            raise _fail(
+                "vocab.path",
+                f"file not found: {vocab_rel} (looked in {directory} and {PROJECT_ROOT})",
+            )
         actual = sha256_file(vocab_path)
         if actual != vocab_sha:
-            raise _fail("vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}")
+            raise _fail(
+                "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
+            )
 
     do_lower_case = doc.get("do_lower_case", True)
     if not isinstance(do_lower_case, bool):
@@ -299,11 +320,17 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         outputs = _req(doc, "outputs", list)
         expected = 3 if task == "triples" else 1
         if len(outputs) != expected:
-            raise _fail("outputs", f"task {task} needs {expected} output tensor names, got {len(outputs)}")
+            raise _fail(
+                "outputs", f"task {task} needs {expected} output tensor names, got {len(outputs)}"
+            )
         output_names = tuple(_nonempty_str(o, f"outputs[{i}]") for i, o in enumerate(outputs))
 
     threshold = doc.get("threshold", 0.0)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold):
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+    ):
         raise _fail("threshold", "expected a finite number")
 
     length_buckets = _buckets(doc, "length_buckets", DEFAULT_LENGTH_BUCKETS, max_length)
@@ -334,8 +361,10 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
         raise ManifestError(f"model directory not found: {directory}", field="model_dir")
     path = directory / MANIFEST_NAME
     if not path.is_file():
-        raise ManifestError(f"{path}: file not found (every model directory needs {MANIFEST_NAME})",
-                            field=MANIFEST_NAME)
+        raise ManifestError(
+            f"{path}: file not found (every model directory needs {MANIFEST_NAME})",
+            field=MANIFEST_NAME,
+        )
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -343,5 +372,7 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
     if check_files:
         for required in ("saved_model.pb", "variables"):
             if not (directory / required).exists():
-                raise ManifestError(f"{directory}: SavedModel file missing: {required}", field=required)
+                raise ManifestError(
+                    f"{directory}: SavedModel file missing: {required}", field=required
+                )
     return parse_manifest(doc, directory, check_files=check_files)

@@ -27,7 +27,12 @@ class Entity:
     type: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.span.text, "start": self.span.start, "end": self.span.end, "type": self.type}
+        return {
+            "text": self.span.text,
+            "start": self.span.start,
+            "end": self.span.end,
+            "type": self.type,
+        }
 
 
 @dataclass(frozen=True, order=True)

@@ -1,0 +1,221 @@
+"""``Extractor``: tokenize -> window -> bucket -> run -> decode -> merge, for one text or many.
+
+Texts longer than the model's max length are split into overlapping token windows (cut, where
+possible, after a sentence end: 。！？；!?; or a line break), each window is decoded, and the results are
+merged in original-text offsets with duplicates removed: nothing is silently truncated. Only texts over
+``max_text_chars`` characters are refused, with ``TextTooLong``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec, pad_batch, plan_batches
+from nlp.decoding import decode_spans, decode_triples
+from nlp.errors import InvalidInput, TextTooLong
+from nlp.manifest import Manifest, load_manifest
+from nlp.runtime import SessionRuntime
+from nlp.tokenization import Encoding, Tokenizer
+from nlp.types import Entity, Extraction, Span, Triple
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TEXT_CHARS = 10_000
+SENTENCE_ENDS = frozenset("。！？；!?;\n\r")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Tokens ``[start, stop)`` of text ``text_index``."""
+
+    text_index: int
+    start: int
+    stop: int
+
+
+def check_text(text: object, max_text_chars: int, field: str = "text") -> str:
+    """``text`` if it is a valid input ``str``; else ``InvalidInput`` / ``TextTooLong`` naming ``field``."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"{field} must be a string, got {type(text).__name__}", field=field)
+    if len(text) > max_text_chars:
+        raise TextTooLong(
+            f"{field} has {len(text)} characters; the limit is {max_text_chars}", field=field
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"{field} contains a lone surrogate (U+{ord(text[exc.start]):04X}) at index {exc.start}: "
+            "not valid Unicode text",
+            field=field,
+        ) from None
+    return text
+
+
+def plan_windows(
+    text: str, encoding: Encoding, text_index: int, max_tokens: int, overlap: int
+) -> list[Window]:
+    """Token windows of at most ``max_tokens`` covering the whole encoding, consecutive windows sharing
+    up to ``overlap`` tokens; cuts prefer a sentence end in the second half of a window."""
+    n = len(encoding)
+    if n <= max_tokens:
+        return [Window(text_index, 0, n)]
+    offsets = encoding.offsets
+
+    def boundary(k: int) -> bool:
+        """A sentence ends between token ``k - 1`` and token ``k``."""
+        end = offsets[k - 1][1]
+        gap = text[end : offsets[k][0]] if k < n else ""
+        return text[end - 1] in SENTENCE_ENDS or any(c in SENTENCE_ENDS for c in gap)
+
+    windows: list[Window] = []
+    start = 0
+    while True:
+        stop = start + max_tokens
+        if stop >= n:
+            windows.append(Window(text_index, start, n))
+            return windows
+        cut = next((k for k in range(stop, start + max_tokens // 2, -1) if boundary(k)), stop)
+        windows.append(Window(text_index, start, cut))
+        # The next window starts at the earliest sentence start within the overlap, if any.
+        low = max(cut - overlap, start + 1)
+        start = next((k for k in range(low, cut) if boundary(k)), low)
+
+
+class Extractor:
+    """Entities and triples from Chinese text with one model directory. Not thread-safe."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        tokenizer: Tokenizer,
+        runtime: SessionRuntime,
+        *,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+        buckets: BucketSpec,
+        window_overlap: int | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.tokenizer = tokenizer
+        self.runtime = runtime
+        self.max_text_chars = max_text_chars
+        self.buckets = buckets
+        self.max_window_tokens = buckets.max_length - 2
+        self.window_overlap = (
+            window_overlap if window_overlap is not None else self.max_window_tokens // 4
+        )
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: str | Path,
+        *,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int | None = None,
+        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+        precision: str = "fp32",
+        max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> Extractor:
+        """Validate the model directory, load the SavedModel, warm every bucket shape."""
+        if max_text_chars < 1:
+            raise ValueError("max_text_chars must be positive")
+        manifest = load_manifest(model_dir)
+        tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
+        buckets = BucketSpec(manifest.length_buckets, manifest.batch_buckets, max_batch_tokens)
+        runtime = SessionRuntime(
+            manifest.directory,
+            shapes=buckets.shapes(),
+            input_names=manifest.input_names,
+            output_names=manifest.output_names,
+            n_outputs=manifest.n_outputs,
+            vocab_size=tokenizer.vocab_size,
+            intra_op_threads=intra_op_threads,
+            inter_op_threads=inter_op_threads,
+            precision=precision,
+        )
+        return cls(manifest, tokenizer, runtime, max_text_chars=max_text_chars, buckets=buckets)
+
+    # -- validation ------------------------------------------------------------------------------
+    def check_text(self, text: object, field: str = "text") -> None:
+        """Raise ``InvalidInput`` / ``TextTooLong`` if ``text`` cannot be extracted from."""
+        check_text(text, self.max_text_chars, field)
+
+    # -- extraction ------------------------------------------------------------------------------
+    def extract(self, text: str) -> Extraction:
+        return self.extract_batch([text], field="text")[0]
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+        """One ``Extraction`` per text, in input order. Every text is validated before any is run."""
+        for i, text in enumerate(texts):
+            check_text(text, self.max_text_chars, f"{field}[{i}]" if field == "texts" else field)
+        encodings = [self.tokenizer.encode(t) for t in texts]
+        windows = [
+            w
+            for i, (t, e) in enumerate(zip(texts, encodings, strict=True))
+            for w in plan_windows(t, e, i, self.max_window_tokens, self.window_overlap)
+            if w.stop > w.start
+        ]
+        entities: list[set[Entity]] = [set() for _ in texts]
+        triples: list[set[Triple]] = [set() for _ in texts]
+        tok = self.tokenizer
+        for batch in plan_batches([w.stop - w.start + 2 for w in windows], self.buckets):
+            rows = [windows[r] for r in batch.rows]
+            sequences = [
+                [tok.cls_id, *encodings[w.text_index].token_ids[w.start : w.stop], tok.sep_id]
+                for w in rows
+            ]
+            token_ids = pad_batch(sequences, batch.shape, pad_id=tok.pad_id)
+            outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+            for r, window in enumerate(rows):
+                self._collect([o[r] for o in outputs], window, texts, encodings, entities, triples)
+        return [
+            Extraction(entities=tuple(sorted(e)), triples=tuple(sorted(t)))
+            for e, t in zip(entities, triples, strict=True)
+        ]
+
+    def _span(self, text: str, encoding: Encoding, window: Window, head: int, tail: int) -> Span:
+        """Character span of window tokens ``head..tail`` (row positions, ``[CLS]`` = 0)."""
+        start = encoding.offsets[window.start + head - 1][0]
+        end = encoding.offsets[window.start + tail - 1][1]
+        return Span(start, end, text[start:end])
+
+    def _collect(
+        self,
+        outputs: list[Any],
+        window: Window,
+        texts: Sequence[str],
+        encodings: list[Encoding],
+        entities: list[set[Entity]],
+        triples: list[set[Triple]],
+    ) -> None:
+        i = window.text_index
+        text, encoding = texts[i], encodings[i]
+        n_tokens = window.stop - window.start
+        threshold = self.manifest.threshold
+        if self.manifest.task == "entities":
+            for found in decode_spans(outputs[0], n_tokens, threshold):
+                span = self._span(text, encoding, window, *found.span)
+                entities[i].add(Entity(span, self.manifest.entity_types[found.label]))
+            return
+        schemas = self.manifest.predicates
+        for t in decode_triples(outputs[0], outputs[1], outputs[2], n_tokens, threshold):
+            schema = schemas[t.predicate]
+            subject = Entity(self._span(text, encoding, window, *t.subject), schema.subject_type)
+            obj = Entity(self._span(text, encoding, window, *t.object), schema.object_type)
+            triples[i].add(Triple(subject, schema.predicate, obj))
+            entities[i].update((subject, obj))
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> Extractor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

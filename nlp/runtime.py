@@ -1,0 +1,226 @@
+"""The one stateful stage: a TF ``compat.v1`` Session over its own graph, fed numpy, returning numpy.
+
+Why not ``tf.saved_model.load`` and eager calls: every new input shape traces a new graph and grows a
+kernel cache that is never freed, so process memory climbs with every unseen length. Here the SavedModel
+is loaded once into a private ``tf.Graph``; each shape from the fixed bucket list is run once at
+start-up with full-size inputs (so every allocation size the request path needs has been made); then
+the graph is finalized, so any code that would add a node raises instead of leaking. Nothing on the
+request path creates a tensor or runs eagerly: ``run`` is one ``Session.run`` over numpy feeds.
+
+This is the only module in ``nlp`` that imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import tensorflow as tf
+
+from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16")
+SIGNATURE = "serving_default"
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU has native bf16 matmul (AVX-512 BF16 or AMX-BF16), read from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    words = set(flags.split())
+    return "avx512_bf16" in words or "amx_bf16" in words
+
+
+def _session_config(
+    intra_op_threads: int | None, inter_op_threads: int | None, precision: str
+) -> Any:
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=intra_op_threads or 0,
+        inter_op_parallelism_threads=inter_op_threads or 0,
+        allow_soft_placement=True,
+    )
+    if precision == "bf16":
+        from tensorflow.core.protobuf import rewriter_config_pb2
+
+        config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = (
+            rewriter_config_pb2.RewriterConfig.ON
+        )
+    return config
+
+
+class SessionRuntime:
+    """A loaded, warmed, finalized SavedModel. ``run`` accepts only the shapes it was warmed on."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        shapes: Iterable[tuple[int, int]],
+        input_names: tuple[str, str] | None = None,
+        output_names: Sequence[str] | None = None,
+        n_outputs: int,
+        vocab_size: int,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int | None = None,
+        precision: str = "fp32",
+        seed: int = 0,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise UnsupportedPrecision(
+                f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+            )
+        if precision == "bf16" and not cpu_supports_bf16():
+            raise UnsupportedPrecision(
+                "precision bf16 needs a CPU with AVX-512 BF16 or AMX (avx512_bf16 / amx_bf16 in "
+                "/proc/cpuinfo); this one has neither: use fp32"
+            )
+        self.model_dir = Path(model_dir)
+        self.precision = precision
+        self.shapes: frozenset[tuple[int, int]] = frozenset(shapes)
+        self.shapes_fed: set[tuple[int, int]] = set()
+        self.runs = 0
+        self._graph = tf.Graph()
+        self._session = tf.compat.v1.Session(
+            graph=self._graph, config=_session_config(intra_op_threads, inter_op_threads, precision)
+        )
+        started = time.perf_counter()
+        try:
+            with self._graph.as_default():
+                meta = tf.compat.v1.saved_model.loader.load(
+                    self._session, ["serve"], str(self.model_dir)
+                )
+            self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
+        except ModelLoadError:
+            self._session.close()
+            raise
+        except Exception as exc:  # TensorFlow raises many types for a bad SavedModel
+            self._session.close()
+            raise ModelLoadError(f"cannot load the SavedModel in {self.model_dir}: {exc}") from exc
+        self.input_dtypes = tuple(t.dtype.as_numpy_dtype for t in self._inputs)
+        self.load_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        self._warm(vocab_size, seed)
+        self._graph.finalize()
+        self.warm_seconds = time.perf_counter() - started
+        self.op_count = len(self._graph.get_operations())
+        logger.info(
+            "model loaded from %s: %d ops, %d shapes warmed, load %.1fs, warm-up %.1fs, %s",
+            self.model_dir,
+            self.op_count,
+            len(self.shapes),
+            self.load_seconds,
+            self.warm_seconds,
+            precision,
+        )
+
+    # -- loading -------------------------------------------------------------------------------
+    def _tensor(self, name: str, field: str) -> Any:
+        try:
+            return self._graph.get_tensor_by_name(name)
+        except (KeyError, ValueError) as exc:
+            raise ModelLoadError(
+                f"{field}: tensor {name!r} is not in the graph of {self.model_dir}", field=field
+            ) from exc
+
+    def _resolve(
+        self,
+        meta: Any,
+        input_names: tuple[str, str] | None,
+        output_names: Sequence[str] | None,
+        n_outputs: int,
+    ) -> tuple[list[Any], list[Any]]:
+        signature = meta.signature_def.get(SIGNATURE)
+        if input_names is None:
+            if signature is None:
+                raise ModelLoadError(
+                    f"{self.model_dir}: model.json names no input tensors and the SavedModel has no "
+                    f"'{SIGNATURE}' signature",
+                    field="inputs",
+                )
+            keys = sorted(signature.inputs)
+            if len(keys) != 2:
+                raise ModelLoadError(
+                    f"'{SIGNATURE}' has {len(keys)} inputs {keys}; expected token and segment ids",
+                    field="inputs",
+                )
+            token_key = next((k for k in keys if "token" in k.lower()), keys[0])
+            segment_key = next(k for k in keys if k != token_key)
+            input_names = (signature.inputs[token_key].name, signature.inputs[segment_key].name)
+        if output_names is None:
+            if signature is None:
+                raise ModelLoadError(
+                    f"{self.model_dir}: model.json names no output tensors and the SavedModel has no "
+                    f"'{SIGNATURE}' signature",
+                    field="outputs",
+                )
+            # TensorFlow flattens a dict of outputs by sorted key; that order is the role order.
+            output_names = [signature.outputs[k].name for k in sorted(signature.outputs)]
+        if len(output_names) != n_outputs:
+            raise ModelLoadError(
+                f"the model has {len(output_names)} outputs, the task needs {n_outputs}",
+                field="outputs",
+            )
+        inputs = [self._tensor(n, f"inputs[{i}]") for i, n in enumerate(input_names)]
+        outputs = [self._tensor(n, f"outputs[{i}]") for i, n in enumerate(output_names)]
+        for i, t in enumerate(inputs):
+            if t.shape.rank is not None and t.shape.rank != 2:
+                raise ModelLoadError(
+                    f"input {t.name} has rank {t.shape.rank}, expected 2 (batch, length)",
+                    field=f"inputs[{i}]",
+                )
+        for i, t in enumerate(outputs):
+            if t.shape.rank is not None and t.shape.rank != 4:
+                raise ModelLoadError(
+                    f"output {t.name} has rank {t.shape.rank}, expected 4 (batch, heads, length, length)",
+                    field=f"outputs[{i}]",
+                )
+        return inputs, outputs
+
+    def _warm(self, vocab_size: int, seed: int) -> None:
+        """Run every shape once with full-size inputs (no padding), so the first real requests of
+        each shape allocate nothing new."""
+        rng = np.random.default_rng(seed)
+        low = min(5, vocab_size - 1)
+        for batch, length in sorted(self.shapes):
+            ids = rng.integers(low, vocab_size, size=(batch, length), dtype=np.int64)
+            self._run(ids, np.zeros_like(ids))
+        self.runs = 0
+
+    # -- request path --------------------------------------------------------------------------
+    def _run(
+        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
+    ) -> list[npt.NDArray[Any]]:
+        feed = {
+            self._inputs[0]: token_ids.astype(self.input_dtypes[0], copy=False),
+            self._inputs[1]: segment_ids.astype(self.input_dtypes[1], copy=False),
+        }
+        result: list[npt.NDArray[Any]] = self._session.run(self._outputs, feed_dict=feed)
+        return result
+
+    def run(
+        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
+    ) -> list[npt.NDArray[Any]]:
+        """Model outputs (numpy, ``(batch, heads, length, length)`` each) for one bucketed batch."""
+        shape = tuple(token_ids.shape)
+        if shape not in self.shapes or segment_ids.shape != token_ids.shape:
+            raise InvalidInput(f"input shape {shape} is not one of the warmed bucket shapes")
+        self.shapes_fed.add((shape[0], shape[1]))
+        self.runs += 1
+        return self._run(token_ids, segment_ids)
+
+    @property
+    def graph_op_count(self) -> int:
+        """Current number of ops in the graph (constant after load: the leak guard checks it)."""
+        return len(self._graph.get_operations())
+
+    def close(self) -> None:
+        self._session.close()

@@ -1,0 +1,119 @@
+"""Text -> word-piece ids with character offsets into the original text.
+
+The vocabulary, word-piece algorithm and character classes are bert4keras's ``Tokenizer`` (the only
+bert4keras import in ``nlp``). Offsets are computed while pre-tokenizing, one original character at a
+time, rather than afterwards with ``Tokenizer.rematch``: rematch searches each token's text in the
+normalized string, so it maps ``[UNK]`` tokens to nothing (the GPLinker example then crashes on
+``mapping[i][0]``), can match a later token inside an earlier ``[UNK]`` word, and misaligns when
+``str.lower()`` changes a string's length (``"İ".lower()`` is two characters). On ordinary text the
+two agree exactly (``tests/nlp/test_tokenization.py`` checks it); on every other ``str`` ours still gives
+``text[start:end]`` covering exactly the characters the token came from.
+
+>>> tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "中": 4, "国": 5, "ab": 6})
+>>> enc = tok.encode("中国 ab 😀")
+>>> enc.token_ids, enc.offsets
+([4, 5, 6, 1], [(0, 1), (1, 2), (3, 5), (6, 7)])
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
+from bert4keras.tokenizers import load_vocab
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """Word-piece ids of one text (no ``[CLS]``/``[SEP]``) and each token's ``(start, end)`` offsets."""
+
+    token_ids: list[int]
+    offsets: list[tuple[int, int]]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+class Tokenizer:
+    """bert4keras word-piece tokenization with exact character offsets for any ``str``."""
+
+    def __init__(self, token_dict: Mapping[str, int], *, do_lower_case: bool = True) -> None:
+        missing = [t for t in SPECIAL_TOKENS if t not in token_dict]
+        if missing:
+            raise ValueError(f"vocabulary lacks the special tokens {', '.join(missing)}")
+        self._b4k = _B4KTokenizer(dict(token_dict), do_lower_case=do_lower_case)
+        self._vocab = dict(token_dict)
+        self.do_lower_case = do_lower_case
+        self.pad_id = token_dict["[PAD]"]
+        self.unk_id = token_dict["[UNK]"]
+        self.cls_id = token_dict["[CLS]"]
+        self.sep_id = token_dict["[SEP]"]
+        self.vocab_size = max(token_dict.values()) + 1
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, do_lower_case: bool = True) -> Tokenizer:
+        """Load a BERT ``vocab.txt`` (one token a line, id = line number)."""
+        vocab: dict[str, int] = load_vocab(str(path))
+        return cls(vocab, do_lower_case=do_lower_case)
+
+    @property
+    def bert4keras(self) -> _B4KTokenizer:
+        """The underlying bert4keras tokenizer (for training code and parity tests)."""
+        return self._b4k
+
+    def _normalize(self, ch: str) -> str:
+        if self.do_lower_case:
+            ch = unicodedata.normalize("NFD", ch.lower())
+            ch = "".join(c for c in ch if unicodedata.category(c) != "Mn")
+        return ch
+
+    def words(self, text: str) -> list[tuple[str, list[int]]]:
+        """Pre-tokenize: (normalized word, original index of each of its characters)."""
+        b4k = self._b4k
+        out: list[tuple[str, list[int]]] = []
+        chars: list[str] = []
+        origins: list[int] = []
+
+        def flush() -> None:
+            if chars:
+                out.append(("".join(chars), origins.copy()))
+                chars.clear()
+                origins.clear()
+
+        for i, original in enumerate(text):
+            for ch in self._normalize(original):
+                if b4k._is_punctuation(ch) or b4k._is_cjk_character(ch):
+                    flush()
+                    out.append((ch, [i]))
+                elif b4k._is_space(ch):
+                    flush()
+                elif ord(ch) == 0 or ord(ch) == 0xFFFD or b4k._is_control(ch):
+                    continue
+                else:
+                    chars.append(ch)
+                    origins.append(i)
+        flush()
+        return out
+
+    def encode(self, text: str) -> Encoding:
+        """Ids and offsets for every token of ``text``; no truncation (windowing is the caller's)."""
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        for word, origins in self.words(text):
+            pieces: list[str] = self._b4k._word_piece_tokenize(word)
+            if len(pieces) == 1 and pieces[0] == word and word not in self._vocab:
+                ids.append(self.unk_id)
+                offsets.append((origins[0], origins[-1] + 1))
+                continue
+            pos = 0
+            for piece in pieces:
+                size = len(piece[2:] if piece.startswith("##") else piece)
+                ids.append(self._vocab[piece])
+                offsets.append((origins[pos], origins[pos + size - 1] + 1))
+                pos += size
+        return Encoding(ids, offsets)

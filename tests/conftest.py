@@ -1,0 +1,116 @@
+"""Session-wide fixtures: a vocabulary and tiny random-weight models built with bert4keras.
+
+Nothing is downloaded. Each model is built and exported once per test session (a few seconds each);
+tests get the directory path and load what they need. ``make_model_dir`` builds extra variants.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TINY_PREDICATES = [
+    {"predicate": "出生地", "subject_type": "人物", "object_type": "地点"},
+    {"predicate": "妻子", "subject_type": "人物", "object_type": "人物"},
+    {"predicate": "作者", "subject_type": "图书作品", "object_type": "人物"},
+]
+TINY_ENTITY_TYPES = ["人物", "地点", "机构"]
+TINY_LENGTH_BUCKETS = [16, 32, 64]
+TINY_BATCH_BUCKETS = [1, 2, 4, 8]
+
+
+def _vocab_tokens() -> list[str]:
+    tokens = ["[PAD]", *(f"[unused{i}]" for i in range(1, 10)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += list(string.ascii_lowercase + string.digits + "，。！？；：、《》（）“”")
+    tokens += ["##" + c for c in string.ascii_lowercase + string.digits]
+    tokens += ["the", "##ing", "bert"]
+    tokens += [chr(c) for c in range(0x4E00, 0x9FA6)]
+    seen: set[str] = set()
+    return [t for t in tokens if not (t in seen or seen.add(t))]  # type: ignore[func-returns-value]
+
+
+@pytest.fixture(scope="session")
+def vocab_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(_vocab_tokens()) + "\n", encoding="utf-8")
+    return path
+
+
+ModelFactory = Callable[..., Path]
+
+
+POINTER_LAYERS = {"entity", "head", "tail", "entities"}
+
+
+@pytest.fixture(scope="session")
+def make_model_dir(
+    tmp_path_factory: pytest.TempPathFactory, vocab_path: Path
+) -> Iterator[ModelFactory]:
+    """Build and export a tiny random model; returns its directory. Seeded: same weights every run."""
+    import tensorflow as tf
+
+    import nlp  # noqa: F401
+    from nlp.manifest import manifest_document, sha256_file
+    from training.export import export_model_dir
+    from training.model import TINY_BERT_CONFIG, build_gplinker, build_ner
+
+    def make(
+        task: str = "triples",
+        *,
+        mode: str = "graph",
+        seed: int = 7,
+        threshold: float = 0.0,
+        **manifest_overrides: Any,
+    ) -> Path:
+        config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
+        if task == "triples":
+
+            def build() -> Any:
+                return build_gplinker(config, len(TINY_PREDICATES), head_size=16)
+        else:
+
+            def build() -> Any:
+                return build_ner(config, len(TINY_ENTITY_TYPES), head_size=16)
+
+        tf.random.set_seed(seed)
+        model = build()
+        # Keras's own (seeded) initialization, with the pointer heads scaled up so that random scores
+        # spread widely across positions and a threshold picks out a few spans per text.
+        for layer in model.layers:
+            if layer.name in POINTER_LAYERS:
+                layer.set_weights([w * 6.0 for w in layer.get_weights()])
+        weights = model.get_weights()
+        doc = manifest_document(
+            name=f"tiny-{task}",
+            version=f"{seed}",
+            task=task,
+            predicates=TINY_PREDICATES if task == "triples" else None,
+            entity_types=TINY_ENTITY_TYPES if task == "entities" else None,
+            vocab_path=str(vocab_path),
+            vocab_sha256=sha256_file(vocab_path),
+            max_length=TINY_LENGTH_BUCKETS[-1],
+            threshold=threshold,
+            length_buckets=TINY_LENGTH_BUCKETS,
+            batch_buckets=TINY_BATCH_BUCKETS,
+        )
+        doc.update(manifest_overrides)
+        out = tmp_path_factory.mktemp(f"model-{task}-{mode}") / "model"
+        return export_model_dir(build, weights, out, doc, mode=mode)
+
+    yield make
+
+
+@pytest.fixture(scope="session")
+def triples_model_dir(make_model_dir: ModelFactory) -> Path:
+    """Tiny GPLinker, graph-mode export (tensor names in model.json)."""
+    return make_model_dir("triples", threshold=50.0)
+
+
+@pytest.fixture(scope="session")
+def entities_model_dir(make_model_dir: ModelFactory) -> Path:
+    """Tiny typed GlobalPointer NER, graph-mode export."""
+    return make_model_dir("entities", threshold=50.0)
