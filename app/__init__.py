@@ -1,0 +1,52 @@
+"""spo-service web application: ``create_app`` builds the Flask app; nothing happens at import time.
+
+gunicorn runs ``app:create_app()`` in each worker after the fork (``preload_app = False``), so each worker
+loads its own TensorFlow session (see ``app.model``). TensorFlow is imported only when a model loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask import Flask
+
+from app import api, errors
+from app import logging as app_logging
+from app.model import ExtractorLike, ModelSlot, load_extractor
+from app.settings import Settings
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    loader: Callable[[Settings], ExtractorLike] | None = None,
+) -> Flask:
+    """The service app for ``settings`` (``Settings.from_env()`` when omitted).
+
+    The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
+    ``background`` starts a thread. ``loader`` replaces ``app.model.load_extractor`` (tests).
+    """
+    if settings is None:
+        settings = Settings.from_env()
+    app = Flask(__name__)
+    # One byte over the limit, so that a chunked body over it can be told from one at it (app.api).
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.compact = True  # type: ignore[attr-defined]
+    app.extensions["spo.settings"] = settings
+    slot = ModelSlot()
+    app.extensions["spo"] = slot
+
+    app_logging.init_app(app)
+    errors.init_app(app)
+    app.register_blueprint(api.bp)
+
+    load = loader or load_extractor
+    if settings.load_mode == "background":
+        slot.load_in_background(settings, load)
+    else:
+        slot.load(settings, load)
+    return app

@@ -1,0 +1,114 @@
+"""The worker's model: loaded once per process, after gunicorn forks, and used under one lock.
+
+``ModelSlot`` lives in ``app.extensions["spo"]``. Loading happens when the app is created, which under
+gunicorn (``preload_app = False``) is in each worker after the fork, before it accepts a connection:
+
+- ``boot`` (default): ``create_app`` loads and warms synchronously. A worker only accepts once it can
+  answer, so recycling a worker (``max_requests``, the RSS watchdog) never sends a request to a cold one;
+  meanwhile its siblings serve, and with one worker requests wait in the listen backlog instead of failing.
+  The gunicorn ``timeout`` must cover load plus warm-up (the worker does not heartbeat meanwhile).
+- ``background``: a thread loads while the worker already answers ``/healthz`` and ``503 model_not_ready``
+  (with ``Retry-After``), for orchestrators that gate traffic on ``/readyz`` instead.
+
+The Extractor is not thread-safe; gthread workers serve several requests at once, so model calls take
+``lock`` while health checks and request validation do not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from app.settings import Settings
+from nlp.types import Extraction
+
+logger = logging.getLogger(__name__)
+
+
+class ExtractorLike(Protocol):
+    """What the service needs of ``nlp.pipeline.Extractor`` (tests may hand in another)."""
+
+    @property
+    def manifest(self) -> Any: ...
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]: ...
+
+    def close(self) -> None: ...
+
+
+def load_extractor(settings: Settings) -> ExtractorLike:
+    """Load and warm the model of ``settings``; TensorFlow is imported here, never at import time."""
+    from nlp.pipeline import Extractor
+
+    return Extractor.load(
+        settings.model_dir,
+        intra_op_threads=settings.tf_intra_op_threads,
+        inter_op_threads=settings.inter_op_threads,
+        max_text_chars=settings.max_text_chars,
+        precision=settings.precision,
+    )
+
+
+class ModelSlot:
+    """Holds the worker's extractor: ``loading`` -> ``ready`` (or ``failed``)."""
+
+    def __init__(self) -> None:
+        self._extractor: ExtractorLike | None = None
+        self._failed = False
+        self.lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self._extractor is not None
+
+    @property
+    def state(self) -> str:
+        return "ready" if self.ready else "failed" if self._failed else "loading"
+
+    @property
+    def extractor(self) -> ExtractorLike | None:
+        return self._extractor
+
+    def set(self, extractor: ExtractorLike) -> None:
+        self._extractor = extractor
+
+    def load(self, settings: Settings, loader: Callable[[Settings], ExtractorLike]) -> None:
+        """Load synchronously; errors propagate (a worker that cannot load must not boot)."""
+        started = time.perf_counter()
+        try:
+            extractor = loader(settings)
+        except BaseException:
+            self._failed = True
+            raise
+        self.set(extractor)
+        summary = extractor.manifest.summary()
+        logger.info(
+            "model %s v%s (%s) loaded and warmed in %.1fs from %s",
+            summary.get("name"),
+            summary.get("version"),
+            summary.get("task"),
+            time.perf_counter() - started,
+            settings.model_dir,
+        )
+
+    def load_in_background(
+        self, settings: Settings, loader: Callable[[Settings], ExtractorLike]
+    ) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.load(settings, loader)
+            except Exception:
+                logger.exception("model load failed: %s stays unready", settings.model_dir)
+
+        thread = threading.Thread(target=run, name="spo-model-load", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        extractor, self._extractor = self._extractor, None
+        if extractor is not None:
+            with self.lock:
+                extractor.close()

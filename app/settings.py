@@ -1,0 +1,265 @@
+"""Service settings: one frozen ``Settings``, the only code that reads ``SPO_*`` environment variables.
+
+Every setting is declared once in ``FIELDS`` (variable, parser, help) with its default on the dataclass
+and its check in ``Settings.problems``. ``Settings.from_env()`` parses every variable, validates every
+field and raises one ``SettingsError`` naming every bad variable at once. Precedence: defaults < ``SPO_*``
+environment < command-line flags (``spo serve`` turns its flags into ``SPO_*`` values before parsing).
+
+>>> Settings.from_env({"SPO_MODEL_DIR": "/nowhere", "SPO_MAX_TEXTS": "0", "SPO_WORKERS": "two"})
+Traceback (most recent call last):
+...
+app.settings.SettingsError: invalid settings:
+  SPO_WORKERS: expected an integer, got 'two'
+  SPO_MODEL_DIR: not a directory: /nowhere
+  SPO_MAX_TEXTS: must be between 1 and 10000, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL_DIR = PROJECT_ROOT / "models" / "demo"
+JEMALLOC_PATH = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+PREFIX = "SPO_"
+# Mirrors nlp.runtime.PRECISIONS; importing that module would import TensorFlow into the gunicorn master.
+PRECISIONS = ("fp32", "bf16")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOAD_MODES = ("boot", "background")
+_BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
+_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class SettingsError(ValueError):
+    """One or more settings are invalid; ``problems`` lists them all, each naming its variable."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service can be told. Defaults are the production defaults."""
+
+    model_dir: Path = DEFAULT_MODEL_DIR
+    load_mode: str = "boot"
+    precision: str = "fp32"
+    max_texts: int = 64
+    max_text_chars: int = 10_000
+    max_body_bytes: int = 1 << 20
+    auth_tokens: tuple[str, ...] = ()
+    bind: str = "127.0.0.1:8000"
+    workers: int = field(default_factory=cpu_count)
+    threads: int = 4
+    intra_op_threads: int | None = None
+    inter_op_threads: int = 1
+    timeout: int = 180
+    graceful_timeout: int = 30
+    max_requests: int = 10_000
+    max_requests_jitter: int = 1_000
+    max_worker_rss_mb: int = 4096
+    jemalloc: bool = True
+    log_format: str = "text"
+    log_level: str = "INFO"
+    access_log: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_dir", Path(self.model_dir))
+        object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
+        problems = self.problems()
+        if problems:
+            raise SettingsError(problems)
+
+    @property
+    def tf_intra_op_threads(self) -> int:
+        """TensorFlow intra-op threads per worker: cores / workers unless set, so workers share cores."""
+        if self.intra_op_threads is not None:
+            return self.intra_op_threads
+        return max(1, cpu_count() // self.workers)
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens)
+
+    @property
+    def use_jemalloc(self) -> bool:
+        return self.jemalloc and JEMALLOC_PATH.is_file()
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def problems(self) -> list[str]:
+        """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well)."""
+        out: list[str] = []
+
+        def bad(name: str, problem: str) -> None:
+            out.append(f"{PREFIX}{name.upper()}: {problem}")
+
+        def in_range(name: str, low: int, high: int) -> None:
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                bad(name, f"must be between {low} and {high}, got {value}")
+
+        def one_of(name: str, choices: tuple[str, ...]) -> None:
+            if getattr(self, name) not in choices:
+                bad(name, f"must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+
+        if not self.model_dir.is_dir():
+            bad("model_dir", f"not a directory: {self.model_dir}")
+        elif not (self.model_dir / "model.json").is_file():
+            bad("model_dir", f"no model.json in {self.model_dir}")
+        one_of("load_mode", LOAD_MODES)
+        one_of("precision", PRECISIONS)
+        in_range("max_texts", 1, 10_000)
+        in_range("max_text_chars", 1, 1_000_000)
+        in_range("max_body_bytes", 1024, 1 << 30)
+        for i, token in enumerate(self.auth_tokens):
+            if not _TOKEN.match(token):
+                bad("auth_tokens", f"token #{i + 1} must be 16+ characters of [A-Za-z0-9._~+/=-]")
+        if not _BIND.match(self.bind):
+            bad("bind", f"expected HOST:PORT or unix:PATH, got {self.bind!r}")
+        in_range("workers", 1, 256)
+        in_range("threads", 1, 256)
+        in_range("intra_op_threads", 1, 1024)
+        in_range("inter_op_threads", 1, 1024)
+        in_range("timeout", 10, 86_400)
+        in_range("graceful_timeout", 1, 86_400)
+        in_range("max_requests", 0, 10**9)
+        in_range("max_requests_jitter", 0, 10**9)
+        if self.max_requests and self.max_requests_jitter >= self.max_requests:
+            bad("max_requests_jitter", "must be below SPO_MAX_REQUESTS")
+        in_range("max_worker_rss_mb", 0, 10**7)
+        one_of("log_format", LOG_FORMATS)
+        one_of("log_level", LOG_LEVELS)
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``SPO_*`` variables (``os.environ`` by default); every bad one reported at once."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for name, (parse, _help) in FIELDS.items():
+            var = PREFIX + name.upper()
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[name] = parse(raw.strip())
+            except ValueError as exc:
+                problems.append(f"{var}: {exc}")
+        unknown = sorted(
+            k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in FIELDS
+        )
+        if unknown:
+            logger.warning("ignoring unknown variables (typo?): %s", ", ".join(unknown))
+        # Fields that parsed are still validated, so one run reports parse and range problems together.
+        try:
+            settings = cls(**values)
+        except SettingsError as exc:
+            failed = {p.split(":", 1)[0] for p in problems}
+            problems += [p for p in exc.problems if p.split(":", 1)[0] not in failed]
+            raise SettingsError(problems) from None
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+
+def _int(raw: str) -> int:
+    try:
+        return int(raw.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"expected an integer, got {raw!r}") from None
+
+
+def _optional_int(raw: str) -> int | None:
+    return None if raw.lower() in ("auto", "none") else _int(raw)
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false, yes/no, on/off), got {raw!r}")
+
+
+def _path(raw: str) -> Path:
+    """Relative paths are taken from the current directory, like any command-line path."""
+    return Path(raw).expanduser().resolve()
+
+
+def _tokens(raw: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in raw.split(",") if t.strip())
+
+
+def _lower(raw: str) -> str:
+    return raw.lower()
+
+
+def _upper(raw: str) -> str:
+    return raw.upper()
+
+
+def _str(raw: str) -> str:
+    return raw
+
+
+FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "model_dir": (_path, "model directory (SavedModel + model.json); default models/demo"),
+    "load_mode": (
+        _lower,
+        "boot: load and warm before the worker accepts; background: answer 503 meanwhile",
+    ),
+    "precision": (_lower, "fp32 or bf16 (bf16 needs AVX-512 BF16 or AMX)"),
+    "max_texts": (_int, "most texts in one request"),
+    "max_text_chars": (_int, "most characters in one text"),
+    "max_body_bytes": (_int, "largest request body in bytes (nginx client_max_body_size too)"),
+    "auth_tokens": (_tokens, "comma-separated bearer tokens for /v1/*; empty: no authentication"),
+    "bind": (_str, "gunicorn bind address, HOST:PORT or unix:PATH"),
+    "workers": (_int, "gunicorn worker processes (default: CPU count)"),
+    "threads": (_int, "threads per worker (model calls are serialized; the rest overlap)"),
+    "intra_op_threads": (
+        _optional_int,
+        "TensorFlow intra-op threads per worker (default: cores / workers)",
+    ),
+    "inter_op_threads": (_int, "TensorFlow inter-op threads per worker"),
+    "timeout": (_int, "gunicorn worker timeout in seconds; must cover model load plus warm-up"),
+    "graceful_timeout": (_int, "seconds a retiring worker has to finish its requests"),
+    "max_requests": (_int, "recycle a worker after this many requests (0: never)"),
+    "max_requests_jitter": (
+        _int,
+        "random extra requests per worker, so workers do not recycle together",
+    ),
+    "max_worker_rss_mb": (
+        _int,
+        "retire a worker once its RSS passes this many MiB (0: no watchdog)",
+    ),
+    "jemalloc": (_bool, "LD_PRELOAD jemalloc when libjemalloc2 is installed"),
+    "log_format": (_lower, "text or json"),
+    "log_level": (_upper, "DEBUG, INFO, WARNING or ERROR"),
+    "access_log": (_bool, "gunicorn access log on stdout"),
+}
+
+_missing = {f.name for f in dataclasses.fields(Settings)} ^ set(FIELDS)
+assert not _missing, f"Settings and FIELDS disagree on {_missing}"

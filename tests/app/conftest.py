@@ -1,0 +1,94 @@
+"""Web-layer fixtures, Flask style: ``settings -> app -> client -> runner``.
+
+The tiny triples model (``tests/conftest.py``) is loaded once per session; each test gets a fresh app
+around it. ``fake_app`` wraps a scriptable fake extractor for what the real model cannot be made to do
+(raise, block); it needs no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient, FlaskCliRunner
+
+from app import create_app
+from app.settings import Settings
+from nlp.manifest import load_manifest
+from nlp.types import Entity, Extraction, Span
+
+
+@pytest.fixture(scope="session")
+def triples_extractor(triples_model_dir: Path) -> Iterator[Any]:
+    from nlp.pipeline import Extractor
+
+    extractor = Extractor.load(triples_model_dir, intra_op_threads=1, inter_op_threads=1)
+    yield extractor
+    extractor.close()
+
+
+@pytest.fixture
+def settings(triples_model_dir: Path) -> Settings:
+    return Settings(model_dir=triples_model_dir, workers=1, max_texts=8, max_text_chars=300)
+
+
+@pytest.fixture
+def app(settings: Settings, triples_extractor: Any) -> Flask:
+    return create_app(settings, loader=lambda s: triples_extractor)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app: Flask) -> FlaskCliRunner:
+    return app.test_cli_runner()
+
+
+class FakeExtractor:
+    """Finds every '北京' as a 地点; ``fail`` makes the next call raise it."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.manifest = load_manifest(model_dir, check_files=False)
+        self.fail: BaseException | None = None
+        self.calls: list[list[str]] = []
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+        self.calls.append(list(texts))
+        if self.fail is not None:
+            raise self.fail
+        out = []
+        for text in texts:
+            spans = []
+            start = text.find("北京")
+            while start >= 0:
+                spans.append(Entity(Span(start, start + 2, "北京"), "地点"))
+                start = text.find("北京", start + 1)
+            out.append(Extraction(entities=tuple(spans)))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_extractor(triples_model_dir: Path) -> FakeExtractor:
+    return FakeExtractor(triples_model_dir)
+
+
+@pytest.fixture
+def make_fake_app(settings: Settings, fake_extractor: FakeExtractor) -> Callable[..., Flask]:
+    def make(**changes: Any) -> Flask:
+        return create_app(settings.replace(**changes), loader=lambda s: fake_extractor)
+
+    return make
+
+
+@pytest.fixture
+def fake_client(make_fake_app: Callable[..., Flask]) -> FlaskClient:
+    return make_fake_app().test_client()

@@ -1,0 +1,367 @@
+"""In-process tests of every endpoint and every problem answer (Flask test client)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app import create_app
+from app.errors import CODES
+from app.settings import Settings
+
+PROBLEM = "application/problem+json"
+TEXTS = [
+    "李白出生于碎叶城，他的妻子是许氏。",
+    "《红楼梦》的作者是曹雪芹。",
+    "",
+    "ＡＢＣ，全角标点！？emoji😀和组合字符é在一起。",
+    "北京" * 100,
+]
+
+
+def assert_problem(
+    response: Any, status: int, code: str, field: str | None = None
+) -> dict[str, Any]:
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == PROBLEM
+    body: dict[str, Any] = response.get_json(force=True)
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["title"] and body["detail"] and body["type"] == "about:blank"
+    assert body["request_id"] == response.headers["X-Request-ID"]
+    if field is not None:
+        assert body["field"] == field
+    return body
+
+
+def assert_offsets(text: str, result: dict[str, Any]) -> None:
+    spans = list(result["entities"])
+    for triple in result["triples"]:
+        spans += [triple["subject"], triple["object"]]
+        assert triple["subject"] in result["entities"] and triple["object"] in result["entities"]
+    for span in spans:
+        assert 0 <= span["start"] < span["end"] <= len(text)
+        assert text[span["start"] : span["end"]] == span["text"]
+        assert isinstance(span["type"], str)
+
+
+# -- happy paths (real tiny model) ---------------------------------------------------------------
+def test_api_healthz_is_ok(client: FlaskClient) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.get_json() == {"status": "ok"}
+
+
+def test_api_readyz_names_the_loaded_model(client: FlaskClient) -> None:
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.get_json() == {
+        "status": "ready",
+        "model": {"name": "tiny-triples", "version": "7", "task": "triples"},
+    }
+
+
+def test_api_model_is_the_manifest_summary(client: FlaskClient, triples_extractor: Any) -> None:
+    response = client.get("/v1/model")
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body == triples_extractor.manifest.summary()
+    assert [p["predicate"] for p in body["predicates"]] == ["出生地", "妻子", "作者"]
+    assert "directory" not in body and "vocab" not in body
+
+
+def test_api_extract_one_text(client: FlaskClient, triples_extractor: Any) -> None:
+    response = client.post("/v1/extract", json={"text": TEXTS[0]})
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert body["model"] == {"name": "tiny-triples", "version": "7", "task": "triples"}
+    assert body["results"] == [triples_extractor.extract(TEXTS[0]).to_dict()]
+    assert_offsets(TEXTS[0], body["results"][0])
+
+
+def test_api_extract_texts_in_input_order(client: FlaskClient, triples_extractor: Any) -> None:
+    texts = [*TEXTS, TEXTS[0]]
+    response = client.post("/v1/extract", json={"texts": texts})
+    assert response.status_code == 200
+    results = response.get_json()["results"]
+    assert len(results) == len(texts)
+    for text, result in zip(texts, results, strict=True):
+        assert result == triples_extractor.extract(text).to_dict()
+        assert_offsets(text, result)
+    assert results[0] == results[-1]
+    assert results[2] == {"entities": [], "triples": []}
+
+
+def test_api_extract_keeps_input_order_and_offsets(fake_client: FlaskClient) -> None:
+    # The fake finds every 北京, so each result differs and order mistakes show.
+    texts = ["在北京", "北京", "无", "北京和北京", "😀北京", "e\u0301北京", "在北京"]
+    response = fake_client.post("/v1/extract", json={"texts": texts})
+    assert response.status_code == 200
+    results = response.get_json()["results"]
+    assert [len(r["entities"]) for r in results] == [1, 1, 0, 2, 1, 1, 1]
+    assert [r["entities"][0]["start"] for r in results if r["entities"]] == [1, 0, 0, 1, 2, 1]
+    for text, result in zip(texts, results, strict=True):
+        assert_offsets(text, result)
+
+
+def test_api_extract_answers_utf8_not_escapes(client: FlaskClient) -> None:
+    response = client.post("/v1/extract", json={"text": "北京" * 10})
+    assert response.status_code == 200
+    assert "\\u" not in response.get_data(as_text=True)
+
+
+def test_api_extract_accepts_charset_parameter(client: FlaskClient) -> None:
+    response = client.post(
+        "/v1/extract",
+        data='{"text": "北京"}'.encode(),
+        content_type="application/json; charset=UTF-8",
+    )
+    assert response.status_code == 200
+
+
+def test_api_extract_text_at_the_limit_is_accepted(client: FlaskClient) -> None:
+    response = client.post("/v1/extract", json={"text": "中" * 300})
+    assert response.status_code == 200
+
+
+# -- problems ------------------------------------------------------------------------------------
+LONG = "中" * 301
+BAD_DOCUMENTS = [
+    pytest.param(b"{", "invalid_json", 400, None, id="truncated"),
+    pytest.param(b"", "invalid_json", 400, None, id="empty-body"),
+    pytest.param(b'{"text": "a"} x', "invalid_json", 400, None, id="trailing-garbage"),
+    pytest.param(b'{"text": NaN}', "invalid_json", 400, None, id="nan"),
+    pytest.param(b'{"text": "a", "text": "b"}', "invalid_json", 400, None, id="duplicate-key"),
+    pytest.param(b'{"text": "\xff\xfe"}', "invalid_json", 400, None, id="not-utf8"),
+    pytest.param(b"\xef\xbb\xbf" + b'{"text": "a"}', "invalid_json", 400, None, id="bom"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "invalid_json", 400, None, id="deep-nesting"),
+    pytest.param(b'{"text": ' + b"1" * 5000 + b"}", "invalid_json", 400, None, id="huge-int"),
+    pytest.param(b'"just a string"', "invalid_input", 422, None, id="not-an-object"),
+    pytest.param(b"null", "invalid_input", 422, None, id="null"),
+    pytest.param(b"{}", "invalid_input", 422, None, id="neither"),
+    pytest.param(b'{"text": "a", "texts": ["b"]}', "invalid_input", 422, None, id="both"),
+    pytest.param(b'{"text": "a", "lang": "zh"}', "unknown_field", 422, "lang", id="unknown-field"),
+    pytest.param(b'{"txt": "a"}', "unknown_field", 422, "txt", id="typo"),
+    pytest.param(b'{"text": 1}', "invalid_input", 422, "text", id="text-int"),
+    pytest.param(b'{"text": null}', "invalid_input", 422, "text", id="text-null"),
+    pytest.param(b'{"text": ["a"]}', "invalid_input", 422, "text", id="text-list"),
+    pytest.param(b'{"texts": "a"}', "invalid_input", 422, "texts", id="texts-string"),
+    pytest.param(b'{"texts": {"0": "a"}}', "invalid_input", 422, "texts", id="texts-object"),
+    pytest.param(b'{"texts": ["a", 2]}', "invalid_input", 422, "texts[1]", id="texts-item-int"),
+    pytest.param(b'{"texts": ["a", null]}', "invalid_input", 422, "texts[1]", id="texts-item-null"),
+    pytest.param(b'{"texts": []}', "empty_texts", 422, "texts", id="empty-texts"),
+    pytest.param(b'{"texts": ' + b'["a"' + b',"a"' * 8 + b"]}", "too_many_texts", 422, "texts",
+                 id="too-many-texts"),
+    pytest.param(f'{{"text": "{LONG}"}}'.encode(), "text_too_long", 422, "text", id="text-too-long"),
+    pytest.param(f'{{"texts": ["a", "{LONG}"]}}'.encode(), "text_too_long", 422, "texts[1]",
+                 id="texts-item-too-long"),
+    pytest.param(b'{"text": "a\\ud800b"}', "invalid_input", 422, "text", id="lone-surrogate"),
+    pytest.param(b'{"text": "\\udc00"}', "invalid_input", 422, "text", id="lone-low-surrogate"),
+    pytest.param(b'{"texts": ["ok", "x\\ud83d"]}', "invalid_input", 422, "texts[1]",
+                 id="texts-item-surrogate"),
+    pytest.param(b'{"text": "a\\u0000b"}', "invalid_input", 422, "text", id="nul"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "code", "status", "field"), BAD_DOCUMENTS)
+def test_api_extract_rejects_bad_documents(
+    client: FlaskClient, body: bytes, code: str, status: int, field: str | None
+) -> None:
+    response = client.post("/v1/extract", data=body, content_type="application/json")
+    assert_problem(response, status, code, field)
+
+
+def test_api_extract_surrogate_pair_escape_is_fine(client: FlaskClient) -> None:
+    response = client.post(
+        "/v1/extract", data=b'{"text": "\\ud83d\\ude00"}', content_type="application/json"
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1"],
+)
+def test_api_extract_wrong_content_type_is_415(
+    client: FlaskClient, content_type: str | None
+) -> None:
+    response = client.post("/v1/extract", data=b'{"text": "a"}', content_type=content_type)
+    assert_problem(response, 415, "unsupported_media_type")
+
+
+def test_api_extract_body_over_limit_is_413(make_fake_app: Callable[..., Flask]) -> None:
+    client = make_fake_app(max_body_bytes=2048, max_text_chars=4000).test_client()
+    at_limit = b'{"text": "' + b"a" * (2048 - 12) + b'"}'
+    assert len(at_limit) == 2048
+    for chunked in (False, True):
+        response = client.post(
+            "/v1/extract",
+            input_stream=io.BytesIO(at_limit),
+            content_type="application/json",
+            headers={"Transfer-Encoding": "chunked"} if chunked else {"Content-Length": "2048"},
+            environ_overrides={"wsgi.input_terminated": chunked},
+        )
+        assert response.status_code == 200
+        over = at_limit[:-2] + b'a"}'
+        response = client.post(
+            "/v1/extract",
+            input_stream=io.BytesIO(over),
+            content_type="application/json",
+            headers={"Transfer-Encoding": "chunked"} if chunked else {"Content-Length": "2049"},
+            environ_overrides={"wsgi.input_terminated": chunked},
+        )
+        assert_problem(response, 413, "body_too_large")
+    body = b'{"text": "' + b"a" * 2100 + b'"}'
+    assert_problem(
+        client.post("/v1/extract", data=body, content_type="application/json"),
+        413,
+        "body_too_large",
+    )
+    # Chunked (no Content-Length, as gunicorn passes it): cut off while reading, same answer.
+    response = client.post(
+        "/v1/extract",
+        input_stream=io.BytesIO(body),
+        content_type="application/json",
+        headers={"Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+    assert_problem(response, 413, "body_too_large")
+
+
+def test_api_unknown_path_is_404_problem(client: FlaskClient) -> None:
+    assert_problem(client.get("/nope"), 404, "not_found")
+    assert_problem(client.post("/v1/extract/x", json={}), 404, "not_found")
+
+
+def test_api_wrong_method_is_405_problem_with_allow(client: FlaskClient) -> None:
+    response = client.get("/v1/extract")
+    assert_problem(response, 405, "method_not_allowed")
+    assert "POST" in response.headers["Allow"]
+    assert_problem(client.delete("/healthz"), 405, "method_not_allowed")
+
+
+def test_api_unexpected_error_is_logged_and_leaks_nothing(
+    fake_client: FlaskClient, fake_extractor: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_extractor.fail = RuntimeError("secret at /srv/models/x.pb")
+    with caplog.at_level(logging.ERROR, logger="app.errors"):
+        response = fake_client.post("/v1/extract", json={"text": "北京"})
+    body = assert_problem(response, 500, "internal_error")
+    assert "secret" not in response.get_data(as_text=True)
+    assert "RuntimeError" not in response.get_data(as_text=True)
+    [record] = [r for r in caplog.records if r.name == "app.errors"]
+    assert record.exc_info is not None and "secret" in caplog.text
+    assert body["request_id"]
+
+
+def test_api_every_problem_code_is_catalogued() -> None:
+    for code, (status, meaning) in CODES.items():
+        assert 400 <= status < 600 and meaning and code.islower()
+
+
+# -- request id ------------------------------------------------------------------------------
+def test_api_request_id_is_echoed(client: FlaskClient) -> None:
+    response = client.get("/healthz", headers={"X-Request-ID": "abc-123"})
+    assert response.headers["X-Request-ID"] == "abc-123"
+    response = client.post("/v1/extract", json={}, headers={"X-Request-ID": "req.42"})
+    assert response.headers["X-Request-ID"] == "req.42"
+    assert response.get_json()["request_id"] == "req.42"
+
+
+@pytest.mark.parametrize("given", [None, "", "x" * 129, "a b", "<script>", "é"])
+def test_api_request_id_generated_when_absent_or_insane(
+    client: FlaskClient, given: str | None
+) -> None:
+    headers = {} if given is None else {"X-Request-ID": given}
+    first = client.get("/healthz", headers=headers).headers["X-Request-ID"]
+    second = client.get("/healthz", headers=headers).headers["X-Request-ID"]
+    assert first != second and len(first) == 32 and first.isalnum()
+
+
+# -- readiness -------------------------------------------------------------------------------
+def test_api_not_ready_until_loaded(settings: Settings, fake_extractor: Any) -> None:
+    release = threading.Event()
+
+    def slow_loader(s: Settings) -> Any:
+        release.wait(10)
+        return fake_extractor
+
+    app = create_app(settings.replace(load_mode="background"), loader=slow_loader)
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    for path in ("/readyz", "/v1/model"):
+        response = client.get(path)
+        assert_problem(response, 503, "model_not_ready")
+        assert response.headers["Retry-After"] == "5"
+    assert_problem(client.post("/v1/extract", json={"text": "北京"}), 503, "model_not_ready")
+    # Bad input is still answered as bad input while loading.
+    assert_problem(client.post("/v1/extract", json={"texts": []}), 422, "empty_texts")
+    release.set()
+    thread = [t for t in threading.enumerate() if t.name == "spo-model-load"]
+    for t in thread:
+        t.join(10)
+    assert client.get("/readyz").status_code == 200
+    assert client.post("/v1/extract", json={"text": "在北京"}).get_json()["results"] == [
+        {"entities": [{"text": "北京", "start": 1, "end": 3, "type": "地点"}], "triples": []}
+    ]
+
+
+def test_api_failed_load_stays_unready(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(s: Settings) -> Any:
+        raise RuntimeError("no such tensor")
+
+    app = create_app(settings.replace(load_mode="background"), loader=broken)
+    for t in [t for t in threading.enumerate() if t.name == "spo-model-load"]:
+        t.join(10)
+    body = assert_problem(app.test_client().get("/readyz"), 503, "model_not_ready")
+    assert "failed" in body["detail"] and "tensor" not in body["detail"]
+    assert "model load failed" in caplog.text
+
+
+def test_api_boot_load_failure_propagates(settings: Settings) -> None:
+    def broken(s: Settings) -> Any:
+        raise RuntimeError("no such tensor")
+
+    with pytest.raises(RuntimeError, match="no such tensor"):
+        create_app(settings, loader=broken)
+
+
+# -- authentication --------------------------------------------------------------------------
+TOKEN = "s3cret-token-0123456789"
+
+
+def test_api_bearer_token_guards_v1_only(make_fake_app: Callable[..., Flask]) -> None:
+    client = make_fake_app(auth_tokens=("another-token-abcdefgh", TOKEN)).test_client()
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/openapi.json").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": TOKEN},
+                    {"Authorization": f"Basic {TOKEN}"}):  # fmt: skip
+        response = client.post("/v1/extract", json={"text": "北京"}, headers=headers)
+        assert_problem(response, 401, "unauthorized")
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    good = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.post("/v1/extract", json={"text": "北京"}, headers=good).status_code == 200
+    assert client.get("/v1/model", headers=good).status_code == 200
+
+
+# -- openapi ---------------------------------------------------------------------------------
+def test_api_openapi_reflects_limits_and_codes(client: FlaskClient) -> None:
+    spec = client.get("/openapi.json").get_json()
+    assert spec["openapi"].startswith("3.")
+    schemas = spec["components"]["schemas"]
+    assert schemas["Text"]["maxLength"] == 300
+    assert schemas["ExtractMany"]["properties"]["texts"]["maxItems"] == 8
+    responses = spec["paths"]["/v1/extract"]["post"]["responses"]
+    assert set(responses) == {"200", "400", "413", "415", "422", "500", "503"}
+    assert "securitySchemes" not in spec["components"]
