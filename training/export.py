@@ -10,6 +10,7 @@ Two SavedModel flavours, both loadable by ``nlp.runtime``:
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -86,4 +87,110 @@ def export_model_dir(
         saved.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+# -- spo export: users' own bert4keras GPLinker / GlobalPointer NER models ------------------------
+
+
+def read_schema(path: str | Path) -> tuple[str, list[Any]]:
+    """Read a schema file; returns ``(task, items)``.
+
+    Accepted: DuIE ``all_50_schemas`` (JSON lines, one ``{"object_type", "predicate",
+    "subject_type"}`` object a line), the same objects as one JSON list (both give task
+    ``triples`` and predicate entries in file order, duplicates dropped), or a JSON list of strings
+    (entity types: task ``entities``). DuIE's ``object_type`` may be an object (``{"@value": ...}``
+    in DuIE 2.0); its ``@value`` is used.
+    """
+    text = Path(path).read_text(encoding="utf-8-sig").strip()
+    if not text:
+        raise ValueError(f"{path}: empty schema file")
+    try:
+        data: Any = json.loads(text)
+        if isinstance(data, dict):
+            data = [data]
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: neither a JSON list nor JSON lines: {exc}") from exc
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{path}: expected a non-empty list of schema entries")
+    if all(isinstance(item, str) for item in data):
+        return "entities", list(dict.fromkeys(data))
+    predicates: dict[str, dict[str, str]] = {}
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or "predicate" not in item:
+            raise ValueError(f"{path}: entry {i} has no 'predicate': {item!r}")
+        obj = item.get("object_type", "")
+        if isinstance(obj, dict):
+            obj = obj.get("@value", next(iter(obj.values()), ""))
+        predicates.setdefault(
+            str(item["predicate"]),
+            {
+                "predicate": str(item["predicate"]),
+                "subject_type": str(item.get("subject_type", "")),
+                "object_type": str(obj),
+            },
+        )
+    return "triples", list(predicates.values())
+
+
+def export_user_model(
+    *,
+    bert_config_path: str | Path,
+    weights_path: str | Path,
+    schema_path: str | Path,
+    out_dir: str | Path,
+    vocab_path: str | Path,
+    head_size: int = 64,
+    max_length: int = 256,
+    name: str = "custom",
+    version: str = "1",
+    threshold: float = 0.0,
+    do_lower_case: bool = True,
+    mode: str = "graph",
+    force: bool = False,
+) -> Path:
+    """Export a trained bert4keras GPLinker (or GlobalPointer NER) model to a model directory.
+
+    ``weights_path`` is what ``model.save_weights`` wrote: an ``.h5``/``.weights.h5`` file or a TF
+    checkpoint prefix (``best_model.weights``). The model is rebuilt from the bert config with
+    ``training.model`` (so layer shapes must match: same ``head_size``, number of predicates or
+    types), the weights loaded, and the directory written by ``export_model_dir``.
+    """
+    from nlp.manifest import manifest_document, sha256_file
+    from training.model import build_gplinker, build_ner
+
+    config = json.loads(Path(bert_config_path).read_text(encoding="utf-8"))
+    task, items = read_schema(schema_path)
+    vocab = Path(vocab_path)
+    if "vocab_size" not in config:
+        config["vocab_size"] = sum(1 for _ in vocab.open(encoding="utf-8"))
+
+    def build() -> Any:
+        if task == "triples":
+            return build_gplinker(config, len(items), head_size=head_size)
+        return build_ner(config, len(items), head_size=head_size)
+
+    model = build()
+    model.load_weights(str(weights_path))
+    document = manifest_document(
+        name=name,
+        version=version,
+        task=task,
+        predicates=items if task == "triples" else None,
+        entity_types=items if task == "entities" else None,
+        vocab_path=str(vocab.resolve()),
+        vocab_sha256=sha256_file(vocab),
+        max_length=max_length,
+        do_lower_case=do_lower_case,
+        threshold=threshold,
+    )
+    out = export_model_dir(build, model.get_weights(), out_dir, document, mode=mode, force=force)
+    # Self-contained directory: the vocab travels with the model (model.json names it relatively).
+    shutil.copyfile(vocab, out / "vocab.txt")
+    document = json.loads((out / "model.json").read_text(encoding="utf-8"))
+    document["vocab"]["path"] = "vocab.txt"
+    write_manifest(out, document)
     return out

@@ -1,0 +1,185 @@
+"""Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``.
+
+Thin click wrappers over ``training.*`` (imported inside each command, so ``spo --help`` stays fast
+and the web process never loads training code).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from nlp.manifest import PROJECT_ROOT
+
+DEMO_MODEL = PROJECT_ROOT / "models" / "demo"
+DEMO_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
+
+
+@click.command("make-corpus")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--n", "count", type=click.IntRange(min=1), default=20000, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--split",
+    type=click.Choice(["train", "heldout"]),
+    default="train",
+    show_default=True,
+    help="Name pool: held-out names never occur in the training pool.",
+)
+def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
+    """Write a synthetic DuIE-style corpus (JSON lines) to OUT."""
+    from training.corpus import write_corpus
+
+    write_corpus(out, count, seed, split)
+    click.echo(f"{out}: {count} records (seed {seed}, {split} names)")
+
+
+@click.command("train")
+@click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), default=DEMO_MODEL, show_default=True
+)
+@click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option(
+    "--max-minutes",
+    type=float,
+    default=22.0,
+    show_default=True,
+    help="Stop training after this long (the export still runs).",
+)
+@click.option("--seed", type=int, default=1, show_default=True)
+def train_command(
+    train_path: Path,
+    out: Path,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    max_minutes: float,
+    seed: int,
+) -> None:
+    """Train a GPLinker model (random init, demo encoder) on TRAIN_PATH and export it to --out."""
+    from training.train import TrainConfig, train
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    result = train(
+        TrainConfig(
+            train_path=train_path,
+            out_dir=out,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=lr,
+            max_minutes=max_minutes,
+            seed=seed,
+        )
+    )
+    click.echo(f"model written to {result}")
+
+
+@click.command("evaluate")
+@click.argument("data_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=DEMO_MODEL,
+    show_default=True,
+)
+@click.option(
+    "--errors",
+    "errors_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the records the model got wrong (JSON lines) here.",
+)
+def evaluate_command(data_path: Path, model_dir: Path, errors_path: Path | None) -> None:
+    """Micro precision / recall / F1 of exact (subject, predicate, object) triples on DATA_PATH."""
+    from training.evaluate import evaluate
+
+    scores, errors = evaluate(model_dir, data_path)
+    if errors_path is not None:
+        with errors_path.open("w", encoding="utf-8") as fh:
+            for e in errors:
+                fh.write(json.dumps(e, ensure_ascii=False) + "\n")
+    click.echo(json.dumps(scores.to_dict(), ensure_ascii=False))
+
+
+@click.command("export")
+@click.option(
+    "--bert-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="bert4keras/BERT config JSON (bert_config.json).",
+)
+@click.option(
+    "--weights",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="What model.save_weights wrote: .h5/.weights.h5 file or TF checkpoint prefix.",
+)
+@click.option(
+    "--schema",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="DuIE all_50_schemas JSON lines, a JSON list of the same objects, or a JSON "
+    "list of entity type names (NER).",
+)
+@click.option(
+    "--vocab",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEMO_VOCAB,
+    show_default=True,
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--head-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--max-length", type=click.IntRange(min=3), default=256, show_default=True)
+@click.option("--name", default="custom", show_default=True)
+@click.option("--model-version", "version", default="1", show_default=True)
+@click.option("--threshold", type=float, default=0.0, show_default=True)
+@click.option("--cased", is_flag=True, help="The vocab is cased (no lower-casing).")
+@click.option("--mode", type=click.Choice(["graph", "tf2"]), default="graph", show_default=True)
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def export_command(
+    bert_config: Path,
+    weights: Path,
+    schema: Path,
+    vocab: Path,
+    out: Path,
+    head_size: int,
+    max_length: int,
+    name: str,
+    version: str,
+    threshold: float,
+    cased: bool,
+    mode: str,
+    force: bool,
+) -> None:
+    """Turn a bert4keras GPLinker / GlobalPointer NER model into a model directory."""
+    from training.export import export_user_model
+
+    if out.exists() and not force:
+        click.echo(f"error: {out} exists (use --force to replace it)", err=True)
+        sys.exit(1)
+    result = export_user_model(
+        bert_config_path=bert_config,
+        weights_path=weights,
+        schema_path=schema,
+        out_dir=out,
+        vocab_path=vocab,
+        head_size=head_size,
+        max_length=max_length,
+        name=name,
+        version=version,
+        threshold=threshold,
+        do_lower_case=not cased,
+        mode=mode,
+        force=force,
+    )
+    click.echo(f"model written to {result}")
+
+
+COMMANDS = (make_corpus, train_command, evaluate_command, export_command)

@@ -1,0 +1,97 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import TINY_PREDICATES, _vocab_tokens
+from training.export import read_schema
+
+
+def _write_schema(path: Path, fmt: str) -> Path:
+    if fmt == "duie-jsonl":
+        path.write_text(
+            "\n".join(
+                json.dumps(
+                    {
+                        "object_type": p["object_type"],
+                        "predicate": p["predicate"],
+                        "subject_type": p["subject_type"],
+                    },
+                    ensure_ascii=False,
+                )
+                for p in TINY_PREDICATES
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+    else:
+        path.write_text(json.dumps(TINY_PREDICATES, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["duie-jsonl", "json-list"])
+def test_export_read_schema_accepts_duie_lines_and_json_list(tmp_path: Path, fmt: str) -> None:
+    task, items = read_schema(_write_schema(tmp_path / "schema", fmt))
+    assert task == "triples"
+    assert items == TINY_PREDICATES
+
+
+def test_export_read_schema_entity_types_and_duie2_objects(tmp_path: Path) -> None:
+    (tmp_path / "ner.json").write_text('["人物", "地点", "人物"]', encoding="utf-8")
+    assert read_schema(tmp_path / "ner.json") == ("entities", ["人物", "地点"])
+    line = {"object_type": {"@value": "地点"}, "predicate": "出生地", "subject_type": "人物"}
+    (tmp_path / "duie2.json").write_text(json.dumps(line, ensure_ascii=False), encoding="utf-8")
+    assert read_schema(tmp_path / "duie2.json")[1][0]["object_type"] == "地点"
+    (tmp_path / "bad.json").write_text('[{"subject_type": "人物"}]', encoding="utf-8")
+    with pytest.raises(ValueError, match="predicate"):
+        read_schema(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("fmt", ["duie-jsonl", "json-list"])
+def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, fmt: str) -> None:
+    import tensorflow as tf
+
+    import nlp  # noqa: F401
+    from nlp.manifest import load_manifest
+    from nlp.runtime import SessionRuntime
+    from training.export import export_user_model
+    from training.model import TINY_BERT_CONFIG, build_gplinker
+
+    config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
+    tf.random.set_seed(3)
+    model = build_gplinker(config, len(TINY_PREDICATES), head_size=16)
+    weights = tmp_path / "best_model.weights.h5"
+    model.save_weights(str(weights))
+    ids = np.array([[2, 40, 41, 42, 43, 3] + [0] * 10, [2, 50, 51, 3] + [0] * 12], dtype=np.int32)
+    # Before exporting: building in a TF1 graph invalidates Keras models made outside it.
+    expected = model.predict([ids, np.zeros_like(ids)], verbose=0)
+    (tmp_path / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+
+    out = export_user_model(
+        bert_config_path=tmp_path / "bert_config.json",
+        weights_path=weights,
+        schema_path=_write_schema(tmp_path / "schema", fmt),
+        out_dir=tmp_path / "exported",
+        vocab_path=vocab_path,
+        head_size=16,
+        max_length=16,
+    )
+    manifest = load_manifest(out)
+    assert manifest.input_names == ("Input-Token:0", "Input-Segment:0")
+    assert [p.predicate for p in manifest.predicates] == [p["predicate"] for p in TINY_PREDICATES]
+    runtime = SessionRuntime(
+        out,
+        shapes=[(2, 16)],
+        input_names=manifest.input_names,
+        output_names=manifest.output_names,
+        n_outputs=3,
+        vocab_size=len(_vocab_tokens()),
+    )
+    served = runtime.run(ids, np.zeros_like(ids))
+    runtime.close()
+    for got, want in zip(served, expected, strict=True):
+        assert got.shape == want.shape
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(np.isfinite(got), finite)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)

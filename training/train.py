@@ -1,0 +1,326 @@
+"""Train a GPLinker triples model (bert4keras, random init) and write a model directory.
+
+The recipe is the bert4keras GPLinker example: one entity GlobalPointer (subject, object), two
+predicate GlobalPointers (head-head, tail-tail), trained with the sparse multilabel categorical
+crossentropy on all three outputs. Labels are aligned to the token offsets of ``nlp.tokenization``,
+the same tokenizer the server uses. Inputs come in a few fixed lengths so the graph is traced a few
+times only; training stops after ``epochs`` or ``max_minutes``, whichever comes first.
+
+    python -m training.train data/train.jsonl --out models/demo --epochs 3 --seed 1
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
+from nlp.manifest import PROJECT_ROOT, manifest_document, sha256_file
+from nlp.tokenization import Tokenizer
+from training.corpus import schema_documents
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
+# 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
+DEMO_BERT_CONFIG: dict[str, Any] = {
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 128,
+    "type_vocab_size": 2,
+}
+TRAIN_LENGTHS = (32, 64, 96, 128)
+MAX_ENTITY_LABELS = 16
+MAX_PAIR_LABELS = 8
+
+
+@dataclass
+class TrainConfig:
+    train_path: Path
+    out_dir: Path
+    vocab_path: Path = DEFAULT_VOCAB
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 5e-4
+    warmup_steps: int = 200
+    max_minutes: float = 25.0
+    max_length: int = 128
+    head_size: int = 64
+    seed: int = 1
+    name: str = "demo"
+    version: str = "1"
+    bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))
+
+
+@dataclass
+class Example:
+    token_ids: list[int]
+    entity: list[set[tuple[int, int]]]
+    head: list[set[tuple[int, int]]]
+    tail: list[set[tuple[int, int]]]
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.random.set_seed(seed)
+
+
+def encode_record(
+    record: dict[str, Any],
+    tokenizer: Tokenizer,
+    predicates: Sequence[str],
+    max_length: int,
+) -> Example:
+    """Token ids with ``[CLS]``/``[SEP]`` and GPLinker label sets (positions count ``[CLS]`` as 0).
+
+    Each argument is labelled at its first occurrence; an argument that does not start and end on
+    token boundaries, or lies past ``max_length``, drops its triple.
+    """
+    text: str = record["text"]
+    enc = tokenizer.encode(text)
+    n = min(len(enc.token_ids), max_length - 2)
+    starts = {enc.offsets[i][0]: i + 1 for i in range(n)}
+    ends = {enc.offsets[i][1]: i + 1 for i in range(n)}
+    index = {p: i for i, p in enumerate(predicates)}
+    entity: list[set[tuple[int, int]]] = [set(), set()]
+    head: list[set[tuple[int, int]]] = [set() for _ in predicates]
+    tail: list[set[tuple[int, int]]] = [set() for _ in predicates]
+
+    def span(arg: str) -> tuple[int, int] | None:
+        at = text.find(arg)
+        if at < 0 or at not in starts or at + len(arg) not in ends:
+            return None
+        return starts[at], ends[at + len(arg)]
+
+    for s, p, o in record["triples"]:
+        if p not in index:
+            continue
+        sub, obj = span(s), span(o)
+        if sub is None or obj is None:
+            continue
+        entity[0].add(sub)
+        entity[1].add(obj)
+        head[index[p]].add((sub[0], obj[0]))
+        tail[index[p]].add((sub[1], obj[1]))
+    ids = [tokenizer.cls_id, *enc.token_ids[:n], tokenizer.sep_id]
+    return Example(ids, entity, head, tail)
+
+
+def _pad_labels(sets: list[set[tuple[int, int]]], size: int) -> list[list[tuple[int, int]]]:
+    out = []
+    for s in sets:
+        items = sorted(s)[:size]
+        out.append(items + [(0, 0)] * (size - len(items)))
+    return out
+
+
+def make_batch(examples: Sequence[Example], length: int) -> tuple[list[Any], list[Any]]:
+    import numpy as np
+
+    tokens = np.zeros((len(examples), length), dtype="int32")
+    for i, ex in enumerate(examples):
+        tokens[i, : len(ex.token_ids)] = ex.token_ids
+    segments = np.zeros_like(tokens)
+    entity = np.array([_pad_labels(ex.entity, MAX_ENTITY_LABELS) for ex in examples], dtype="int32")
+    head = np.array([_pad_labels(ex.head, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
+    tail = np.array([_pad_labels(ex.tail, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
+    return [tokens, segments], [entity, head, tail]
+
+
+def plan_epoch(
+    examples: Sequence[Example], batch_size: int, rng: random.Random, lengths: Sequence[int]
+) -> list[tuple[int, list[int]]]:
+    """Shuffled batches of examples that share a padded length from ``lengths``."""
+    by_length: dict[int, list[int]] = {}
+    for i, ex in enumerate(examples):
+        length = next(x for x in lengths if x >= len(ex.token_ids))
+        by_length.setdefault(length, []).append(i)
+    batches = []
+    for length, idx in sorted(by_length.items()):
+        rng.shuffle(idx)
+        batches += [(length, idx[k : k + batch_size]) for k in range(0, len(idx), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def globalpointer_crossentropy(y_true: Any, y_pred: Any) -> Any:
+    """Sparse multilabel categorical crossentropy for GlobalPointer (bert4keras GPLinker example)."""
+    from bert4keras.backend import K, sparse_multilabel_categorical_crossentropy
+
+    shape = K.shape(y_pred)
+    y_true = K.cast(y_true, K.floatx())
+    y_true = y_true[..., 0] * K.cast(shape[2], K.floatx()) + y_true[..., 1]
+    y_pred = K.reshape(y_pred, (shape[0], -1, K.prod(shape[2:])))
+    loss = sparse_multilabel_categorical_crossentropy(y_true, y_pred, True)
+    return K.mean(K.sum(loss, axis=1))
+
+
+def _warmup_linear_decay(peak: float, warmup: int, total: int) -> Any:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to ``peak / 10``."""
+    import tensorflow as tf
+    from bert4keras.backend import keras
+
+    class Schedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+        def __call__(self, step: Any) -> Any:
+            step = tf.cast(step, tf.float32)
+            up = peak * step / max(warmup, 1)
+            frac = tf.clip_by_value((step - warmup) / max(total - warmup, 1), 0.0, 1.0)
+            down = peak * (1.0 - 0.9 * frac)
+            return tf.where(step < warmup, up, down)
+
+        def get_config(self) -> dict[str, Any]:
+            return {"peak": peak, "warmup": warmup, "total": total}
+
+    return Schedule()
+
+
+def train(config: TrainConfig) -> Path:
+    """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
+    seed_everything(config.seed)
+    from bert4keras.backend import keras
+
+    from training.export import export_model_dir
+    from training.model import build_gplinker
+
+    schema = schema_documents()
+    predicates = [p["predicate"] for p in schema]
+    tokenizer = Tokenizer.from_file(config.vocab_path)
+    bert_config = {**config.bert_config, "vocab_size": tokenizer.vocab_size}
+    bert_config["max_position_embeddings"] = max(
+        bert_config.get("max_position_embeddings", 0), config.max_length
+    )
+    lengths = [x for x in TRAIN_LENGTHS if x < config.max_length] + [config.max_length]
+
+    with config.train_path.open(encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    examples = [encode_record(r, tokenizer, predicates, config.max_length) for r in records]
+    logger.info("%d training examples from %s", len(examples), config.train_path)
+
+    def build() -> Any:
+        return build_gplinker(bert_config, len(predicates), head_size=config.head_size)
+
+    model = build()
+    rng = random.Random(config.seed)
+    steps_per_epoch = len(plan_epoch(examples, config.batch_size, random.Random(0), lengths))
+    total = max(steps_per_epoch * config.epochs, config.warmup_steps + 1)
+    optimizer = keras.optimizers.Adam(
+        learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
+    )
+    model.compile(loss=[globalpointer_crossentropy] * 3, optimizer=optimizer)
+
+    started = time.monotonic()
+    deadline = started + config.max_minutes * 60
+    step = 0
+    stopped = False
+    for epoch in range(config.epochs):
+        running = 0.0
+        for length, idx in plan_epoch(examples, config.batch_size, rng, lengths):
+            x, y = make_batch([examples[i] for i in idx], length)
+            loss = model.train_on_batch(x, y)
+            running += float(loss[0] if isinstance(loss, list) else loss)
+            step += 1
+            if step % 50 == 0:
+                logger.info(
+                    "epoch %d step %d/%d loss %.3f (%.0fs)",
+                    epoch + 1,
+                    step,
+                    total,
+                    running / 50,
+                    time.monotonic() - started,
+                )
+                running = 0.0
+            if time.monotonic() > deadline:
+                logger.warning("max_minutes reached after %d steps; stopping", step)
+                stopped = True
+                break
+        if stopped:
+            break
+    minutes = (time.monotonic() - started) / 60
+    logger.info("trained %d steps in %.1f min", step, minutes)
+
+    vocab_rel = config.vocab_path.resolve()
+    try:
+        vocab_str = str(vocab_rel.relative_to(PROJECT_ROOT))
+    except ValueError:
+        vocab_str = str(vocab_rel)
+    doc = manifest_document(
+        name=config.name,
+        version=config.version,
+        task="triples",
+        predicates=schema,
+        vocab_path=vocab_str,
+        vocab_sha256=sha256_file(config.vocab_path),
+        max_length=config.max_length,
+    )
+    out = export_model_dir(
+        build, model.get_weights(), config.out_dir, doc, mode="graph", force=True
+    )
+    (out / "training.json").write_text(
+        json.dumps(
+            {
+                "train_path": str(config.train_path),
+                "records": len(records),
+                "epochs": config.epochs,
+                "steps": step,
+                "stopped_early": stopped,
+                "minutes": round(minutes, 1),
+                "batch_size": config.batch_size,
+                "learning_rate": config.learning_rate,
+                "seed": config.seed,
+                "head_size": config.head_size,
+                "bert_config": bert_config,
+            },
+            ensure_ascii=False,
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Train a GPLinker model on a JSONL corpus.")
+    parser.add_argument("train_path", type=Path)
+    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "models" / "demo")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--max-minutes", type=float, default=25.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    train(
+        TrainConfig(
+            train_path=args.train_path,
+            out_dir=args.out,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.lr,
+            max_minutes=args.max_minutes,
+            seed=args.seed,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
