@@ -43,6 +43,7 @@ CODES: dict[str, tuple[int, str]] = {
     "text_too_long": (422, "a text has more characters than the limit"),
     "internal_error": (500, "unexpected server error; quote the request id"),
     "model_not_ready": (503, "the model is still loading or failed to load; retry later"),
+    "service_unavailable": (503, "nginx cannot reach the application server; retry later"),
 }
 # Werkzeug status -> our code, for errors raised by routing and request parsing.
 _HTTP_CODES = {

@@ -12,8 +12,9 @@ from typing import Any
 from app.errors import CODES
 from app.settings import Settings
 
-# JSON strings that are valid texts: no NUL and no lone surrogate (Python ``re`` / ECMA-262 syntax).
-TEXT_PATTERN = r"^[^\u0000\ud800-\udfff]*$"
+# Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
+# in a way generators understand, so the description does).
+TEXT_PATTERN = r"^[^\u0000]*$"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -51,7 +52,10 @@ def build_spec(settings: Settings) -> dict[str, Any]:
         "type": "string",
         "maxLength": settings.max_text_chars,
         "pattern": TEXT_PATTERN,
-        "description": f"Chinese text, at most {settings.max_text_chars} characters; no NUL.",
+        "description": (
+            f"Chinese text, at most {settings.max_text_chars} characters (code points); "
+            "no NUL and no lone surrogate escapes such as \\ud800."
+        ),
     }
     span = {
         "type": "object",
@@ -180,7 +184,9 @@ def build_spec(settings: Settings) -> dict[str, Any]:
         if settings.auth_enabled
         else {}
     )
-    not_ready = _problem("The model is not loaded yet", ["model_not_ready"], _RETRY_AFTER)
+    not_ready = _problem(
+        "The model is not loaded yet", ["model_not_ready", "service_unavailable"], _RETRY_AFTER
+    )
     server_error = _problem("Unexpected error; nothing internal is disclosed", ["internal_error"])
     paths: dict[str, Any] = {
         "/v1/extract": {

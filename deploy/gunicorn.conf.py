@@ -1,0 +1,94 @@
+"""gunicorn configuration for spo-service; every value comes from ``app.settings.Settings``.
+
+Started by ``spo serve`` (which validates the settings first, sets ``LD_PRELOAD`` for jemalloc and execs
+``gunicorn -c deploy/gunicorn.conf.py``); command-line flags given to gunicorn override this file.
+
+- ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
+  and loads and warms its own session before it accepts (``app.model``). ``timeout`` covers that.
+- gthread workers: requests overlap (health checks, validation) while model calls are serialized.
+- Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
+  retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+
+from app.logging import logging_config
+from app.settings import Settings, cpu_count
+
+settings = Settings.from_env()
+
+wsgi_app = "app:create_app()"
+bind = [settings.bind]
+workers = settings.workers
+worker_class = "gthread"
+threads = settings.threads
+preload_app = False
+timeout = settings.timeout
+graceful_timeout = settings.graceful_timeout
+keepalive = 5
+max_requests = settings.max_requests
+max_requests_jitter = settings.max_requests_jitter
+# Requests over the limit are refused by nginx and the app; these only bound the HTTP head.
+limit_request_line = 8190
+limit_request_fields = 100
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+logconfig_dict = logging_config(settings)
+accesslog = "-" if settings.access_log else None
+access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
+proc_name = "spo-service"
+# gunicorn 27 opens a control socket in ~/.gunicorn by default; several instances would share it.
+control_socket_disable = True
+
+_MIB = 1 << 20
+
+
+def _rss_mib() -> float:
+    return float(psutil.Process().memory_info().rss) / _MIB
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    # Settings in the worker see the worker count gunicorn really runs (a -w flag overrides the
+    # environment), so TensorFlow threads are split by the right number: cores / workers.
+    os.environ["SPO_WORKERS"] = str(server.cfg.workers)
+    intra = settings.intra_op_threads or max(1, cpu_count() // server.cfg.workers)
+    server.log.info(
+        "worker %s forked; loading the model (%d TF intra-op threads)", worker.pid, intra
+    )
+
+
+def post_worker_init(worker: Any) -> None:
+    rss = _rss_mib()
+    worker.log.info("worker %s ready: model loaded and warmed, RSS %.0f MiB", worker.pid, rss)
+    limit = settings.max_worker_rss_mb
+    if limit and rss >= 0.9 * limit:
+        worker.log.warning(
+            "worker %s starts at %.0f MiB, near SPO_MAX_WORKER_RSS_MB=%d: it will be recycled often",
+            worker.pid,
+            rss,
+            limit,
+        )
+
+
+def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
+    """RSS watchdog: retire this worker after the current request once it is over the limit."""
+    limit = settings.max_worker_rss_mb
+    if not limit or not worker.alive:
+        return
+    rss = _rss_mib()
+    if rss > limit:
+        worker.log.warning(
+            "worker %s RSS %.0f MiB is over SPO_MAX_WORKER_RSS_MB=%d: retiring it gracefully",
+            worker.pid,
+            rss,
+            limit,
+        )
+        worker.alive = False
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    server.log.info("worker %s exiting after %s requests", worker.pid, getattr(worker, "nr", "?"))
