@@ -88,6 +88,15 @@ def plan_windows(
         start = next((k for k in range(low, cut) if boundary(k)), low)
 
 
+def _entity_key(e: Entity) -> tuple[int, int, str]:
+    return (e.span.start, e.span.end, e.type)
+
+
+def _triple_key(t: Triple) -> tuple[int, int, int, int, str]:
+    s, o = t.subject.span, t.object.span
+    return (s.start, s.end, o.start, o.end, t.predicate)
+
+
 class Extractor:
     """Entities and triples from Chinese text with one model directory. Not thread-safe."""
 
@@ -175,7 +184,10 @@ class Extractor:
             for r, window in enumerate(rows):
                 self._collect([o[r] for o in outputs], window, texts, encodings, entities, triples)
         return [
-            Extraction(entities=tuple(sorted(e)), triples=tuple(sorted(t)))
+            Extraction(
+                entities=tuple(sorted(e, key=_entity_key)),
+                triples=tuple(sorted(t, key=_triple_key)),
+            )
             for e, t in zip(entities, triples, strict=True)
         ]
 
@@ -204,12 +216,20 @@ class Extractor:
                 entities[i].add(Entity(span, self.manifest.entity_types[found.label]))
             return
         schemas = self.manifest.predicates
+        made: dict[tuple[tuple[int, int], str], Entity] = {}
+
+        def entity(span: tuple[int, int], type_: str) -> Entity:
+            key = (span, type_)
+            if key not in made:
+                made[key] = Entity(self._span(text, encoding, window, *span), type_)
+            return made[key]
+
         for t in decode_triples(outputs[0], outputs[1], outputs[2], n_tokens, threshold):
             schema = schemas[t.predicate]
-            subject = Entity(self._span(text, encoding, window, *t.subject), schema.subject_type)
-            obj = Entity(self._span(text, encoding, window, *t.object), schema.object_type)
+            subject = entity(t.subject, schema.subject_type)
+            obj = entity(t.object, schema.object_type)
             triples[i].add(Triple(subject, schema.predicate, obj))
-            entities[i].update((subject, obj))
+        entities[i].update(made.values())
 
     def close(self) -> None:
         self.runtime.close()

@@ -1,0 +1,80 @@
+import json
+import shutil
+
+import pytest
+
+from nlp.errors import ManifestError
+from nlp.manifest import load_manifest
+
+
+@pytest.fixture
+def model_copy(triples_model_dir, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(triples_model_dir, target)
+    return target
+
+
+def _edit(model_dir, change):
+    path = model_dir / "model.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc)
+    path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+
+
+def test_manifest_loads_the_fixture(model_copy):
+    m = load_manifest(model_copy)
+    assert m.task == "triples" and m.labels == ("出生地", "妻子", "作者")
+    assert m.length_buckets == (16, 32, 64) and m.max_length == 64
+    assert m.summary()["predicates"][0] == {
+        "predicate": "出生地",
+        "subject_type": "人物",
+        "object_type": "地点",
+    }
+    assert "vocab" not in m.summary()
+
+
+BAD = [
+    ("task", lambda d: d.update(task="ner")),
+    ("task", lambda d: d.pop("task")),
+    ("predicates", lambda d: d.update(predicates=[])),
+    ("predicates[0].subject_type", lambda d: d["predicates"][0].pop("subject_type")),
+    ("predicates", lambda d: d["predicates"].append(dict(d["predicates"][0]))),
+    ("vocab.sha256", lambda d: d["vocab"].update(sha256="0" * 64)),
+    ("vocab.path", lambda d: d["vocab"].update(path="no/such/vocab.txt")),
+    ("max_length", lambda d: d.update(max_length="64")),
+    ("max_length", lambda d: d.update(max_length=True)),
+    ("threshold", lambda d: d.update(threshold="high")),
+    ("length_buckets", lambda d: d.update(length_buckets=[32, 16, 64])),
+    ("length_buckets", lambda d: d.update(length_buckets=[16, 32])),
+    ("batch_buckets", lambda d: d.update(batch_buckets=[0, 1])),
+    ("outputs", lambda d: d.update(outputs=["a:0"])),
+    ("inputs.segment_ids", lambda d: d.update(inputs={"token_ids": "x:0"})),
+    ("format_version", lambda d: d.update(format_version=99)),
+    ("do_lower_case", lambda d: d.update(do_lower_case="yes")),
+]
+
+
+@pytest.mark.parametrize(("field", "change"), BAD, ids=[f for f, _ in BAD])
+def test_manifest_errors_name_the_field(model_copy, field, change):
+    _edit(model_copy, change)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(model_copy)
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert info.value.code == "invalid_manifest"
+
+
+def test_manifest_missing_files_are_named(model_copy, tmp_path):
+    (model_copy / "saved_model.pb").unlink()
+    with pytest.raises(ManifestError, match=r"saved_model\.pb"):
+        load_manifest(model_copy)
+    with pytest.raises(ManifestError, match=r"model\.json"):
+        load_manifest(tmp_path)
+    with pytest.raises(ManifestError, match="not found"):
+        load_manifest(tmp_path / "nowhere")
+
+
+def test_manifest_invalid_json_is_reported(model_copy):
+    (model_copy / "model.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        load_manifest(model_copy)

@@ -1,0 +1,205 @@
+import dataclasses
+import itertools
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nlp.bucketing import pad_batch
+from nlp.decoding import decode_triples
+from nlp.errors import InvalidInput, TextTooLong
+from nlp.manifest import load_manifest
+from nlp.pipeline import Extractor, Window, plan_windows
+from nlp.runtime import SessionRuntime
+from tests.nlp.test_tokenization import EDGE_CASES
+
+SENTENCES = [
+    "周杰伦出生于台湾省新北市，他的妻子是昆凌。",
+    "李安导演了电影卧虎藏龙，1954年10月23日生于台湾屏东。",
+    "《平凡的世界》的作者是路遥，由北京十月文艺出版社出版。",
+    "马云创立了阿里巴巴集团，总部位于杭州。",
+]
+
+
+@pytest.fixture(scope="module")
+def extractor(triples_model_dir):
+    ex = Extractor.load(triples_model_dir, intra_op_threads=1, inter_op_threads=1)
+    yield ex
+    ex.close()
+
+
+@pytest.fixture(scope="module")
+def ner_extractor(entities_model_dir):
+    ex = Extractor.load(entities_model_dir, intra_op_threads=1, inter_op_threads=1)
+    yield ex
+    ex.close()
+
+
+def _triples(extraction):
+    return {(t.subject.span, t.predicate, t.object.span) for t in extraction.triples}
+
+
+def test_pipeline_fixture_model_finds_something(extractor, ner_extractor):
+    """The parity tests below mean little on a model that finds nothing: make sure it does."""
+    assert sum(len(extractor.extract(s).triples) for s in SENTENCES) > 0
+    assert sum(len(ner_extractor.extract(s).entities) for s in SENTENCES) > 0
+
+
+def test_pipeline_padding_into_any_bucket_and_row_gives_identical_triples(
+    extractor, triples_model_dir
+):
+    """Unpadded reference run vs the same text in every length bucket and every batch row."""
+    m = load_manifest(triples_model_dir)
+    tok = extractor.tokenizer
+    for text in SENTENCES:
+        ids = [tok.cls_id, *tok.encode(text).token_ids, tok.sep_id]
+        n = len(ids) - 2
+        exact = SessionRuntime(
+            triples_model_dir,
+            shapes=[(1, len(ids))],
+            input_names=m.input_names,
+            output_names=m.output_names,
+            n_outputs=3,
+            vocab_size=tok.vocab_size,
+        )
+        arr = np.array([ids], dtype=np.int32)
+        reference = {
+            (t.subject, t.predicate, t.object)
+            for t in decode_triples(
+                *[o[0] for o in exact.run(arr, np.zeros_like(arr))], n, m.threshold
+            )
+        }
+        exact.close()
+        others = [[tok.cls_id, *tok.encode(s).token_ids, tok.sep_id] for s in SENTENCES]
+        for batch, length in extractor.buckets.shapes():
+            if length < len(ids):
+                continue
+            for row in range(batch):
+                rows = [o[:length] for o in others[:batch]]
+                rows = (rows * batch)[:batch]
+                rows[row] = ids
+                arr = pad_batch(rows, (batch, length))
+                outputs = extractor.runtime.run(arr, np.zeros_like(arr))
+                got = {
+                    (t.subject, t.predicate, t.object)
+                    for t in decode_triples(*[o[row] for o in outputs], n, m.threshold)
+                }
+                assert got == reference, (text, batch, length, row)
+
+
+def test_pipeline_batch_results_follow_input_order(extractor):
+    texts = [SENTENCES[i % 4] * (1 + i % 3) for i in range(11)]
+    batch = extractor.extract_batch(texts)
+    assert batch == [extractor.extract(t) for t in texts]
+
+
+def test_pipeline_offsets_index_the_original_text(extractor, ner_extractor):
+    for text in [*SENTENCES, *EDGE_CASES.values()]:
+        for ex in (extractor, ner_extractor):
+            result = ex.extract(text)
+            spans = [e.span for e in result.entities]
+            spans += [a.span for t in result.triples for a in (t.subject, t.object)]
+            for span in spans:
+                assert text[span.start : span.end] == span.text
+
+
+def test_pipeline_types_come_from_the_schema(extractor):
+    schema = {p.predicate: p for p in extractor.manifest.predicates}
+    for text in SENTENCES:
+        for t in extractor.extract(text).triples:
+            assert t.subject.type == schema[t.predicate].subject_type
+            assert t.object.type == schema[t.predicate].object_type
+
+
+def test_pipeline_long_texts_are_windowed_not_truncated(extractor):
+    # CJK and punctuation only: one token per character, so a window's substring re-tokenizes to
+    # exactly the window's tokens (a cut inside "1954" would not).
+    text = "".join(s for s in SENTENCES if not any(c.isdigit() for c in s)) * 8
+    enc = extractor.tokenizer.encode(text)
+    windows = plan_windows(text, enc, 0, extractor.max_window_tokens, extractor.window_overlap)
+    assert len(windows) > 3
+    assert windows[0].start == 0 and windows[-1].stop == len(enc)
+    for a, b in itertools.pairwise(windows):
+        assert b.start < a.stop  # overlapping: nothing between windows is lost
+        assert a.stop - a.start <= extractor.max_window_tokens
+    # the result is exactly the union of each window's own extraction, shifted to text offsets
+    result = extractor.extract(text)
+    expected = set()
+    for w in windows:
+        start, stop = enc.offsets[w.start][0], enc.offsets[w.stop - 1][1]
+        for t in extractor.extract(text[start:stop]).triples:
+            expected.add((t.subject.span.start + start, t.predicate, t.object.span.start + start))
+    got = {(t.subject.span.start, t.predicate, t.object.span.start) for t in result.triples}
+    assert got == expected
+    assert (
+        max(t.object.span.end for t in result.triples) > enc.offsets[extractor.max_window_tokens][0]
+    )
+
+
+def test_pipeline_windows_prefer_sentence_ends():
+    from nlp.tokenization import Encoding
+
+    text = "甲乙丙。丁戊己庚辛壬癸子丑"
+    enc = Encoding(list(range(len(text))), [(i, i + 1) for i in range(len(text))])
+    windows = plan_windows(text, enc, 0, max_tokens=6, overlap=2)
+    assert windows[0] == Window(0, 0, 4)  # cut after 。 rather than at 6 tokens
+    assert windows[-1].stop == len(text)
+
+
+def test_pipeline_leak_guard_ops_constant_and_shapes_bucketed(triples_model_dir):
+    """2,000 extractions of random lengths up to 3x the max length: the graph never grows and the
+    session is only ever fed bucket shapes. (A raised threshold keeps the random model from decoding
+    hundreds of triples per random text; the request path is the same.)"""
+    extractor = Extractor.load(triples_model_dir, intra_op_threads=1, inter_op_threads=1)
+    extractor.manifest = dataclasses.replace(extractor.manifest, threshold=3.0)
+    rng = random.Random(0)
+    alphabet = "".join(SENTENCES) + "abc 123😀\n"
+    ops = extractor.runtime.graph_op_count
+    max_chars = extractor.max_window_tokens * 3
+    for _ in range(2000):
+        n = rng.randint(1, max_chars)
+        extractor.extract("".join(rng.choice(alphabet) for _ in range(n)))
+    assert extractor.runtime.graph_op_count == ops == extractor.runtime.op_count
+    assert extractor.runtime.shapes_fed <= set(extractor.buckets.shapes())
+    assert len(extractor.runtime.shapes_fed) > 3
+    extractor.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "code"),
+    [
+        (123, InvalidInput, "invalid_input"),
+        (None, InvalidInput, "invalid_input"),
+        ("好\ud800", InvalidInput, "invalid_input"),
+        ("长" * 10_001, TextTooLong, "text_too_long"),
+    ],
+)
+def test_pipeline_rejects_bad_texts_with_codes(extractor, text, error, code):
+    with pytest.raises(error) as info:
+        extractor.extract(text)
+    assert info.value.code == code and info.value.field == "text"
+
+
+def test_pipeline_batch_errors_name_the_index_and_run_nothing(extractor):
+    runs = extractor.runtime.runs
+    with pytest.raises(InvalidInput) as info:
+        extractor.extract_batch(["好", "ok", 7])
+    assert info.value.field == "texts[2]"
+    assert extractor.runtime.runs == runs
+
+
+def test_pipeline_empty_and_blank_texts_give_empty_results(extractor):
+    assert [r.to_dict() for r in extractor.extract_batch(["", "  \n", "\x00"])] == [
+        {"entities": [], "triples": []}
+    ] * 3
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(max_size=300))
+def test_pipeline_property_any_text_extracts_with_valid_offsets(ner_extractor, text):
+    for entity in ner_extractor.extract(text).entities:
+        assert text[entity.span.start : entity.span.end] == entity.span.text

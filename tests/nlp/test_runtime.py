@@ -1,0 +1,112 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from nlp import runtime as runtime_module
+from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
+from nlp.manifest import load_manifest
+from nlp.runtime import SessionRuntime
+
+SHAPES = [(1, 16), (2, 16)]
+
+
+def _runtime(model_dir, **kwargs):
+    m = load_manifest(model_dir)
+    options = dict(
+        shapes=SHAPES,
+        input_names=m.input_names,
+        output_names=m.output_names,
+        n_outputs=m.n_outputs,
+        vocab_size=100,
+        intra_op_threads=1,
+        inter_op_threads=1,
+    )
+    options.update(kwargs)
+    return SessionRuntime(model_dir, **options)
+
+
+@pytest.fixture(scope="module")
+def tf2_model_dir(make_model_dir):
+    return make_model_dir("triples", mode="tf2", threshold=0.0)
+
+
+def test_runtime_graph_and_tf2_exports_give_the_same_scores(triples_model_dir, tf2_model_dir):
+    graph_rt = _runtime(triples_model_dir)
+    tf2_rt = _runtime(tf2_model_dir)
+    assert load_manifest(tf2_model_dir).input_names is None  # resolved from the signature
+    ids = np.array([[2, 40, 41, 42, 3] + [0] * 11, [2, 50, 3] + [0] * 13], dtype=np.int32)
+    a = graph_rt.run(ids, np.zeros_like(ids))
+    b = tf2_rt.run(ids, np.zeros_like(ids))
+    assert [o.shape for o in a] == [(2, 2, 16, 16), (2, 3, 16, 16), (2, 3, 16, 16)]
+    for x, y in zip(a, b, strict=True):
+        finite = np.isfinite(x)
+        np.testing.assert_array_equal(finite, np.isfinite(y))
+        np.testing.assert_allclose(x[finite], y[finite], rtol=1e-4, atol=1e-3)
+    graph_rt.close()
+    tf2_rt.close()
+
+
+def test_runtime_refuses_shapes_it_did_not_warm(triples_model_dir):
+    rt = _runtime(triples_model_dir)
+    ids = np.zeros((3, 16), dtype=np.int32)
+    with pytest.raises(InvalidInput, match="bucket"):
+        rt.run(ids, ids)
+    assert rt.shapes_fed == set()
+    rt.close()
+
+
+def test_runtime_graph_is_finalized_after_warm_up(triples_model_dir):
+    import tensorflow as tf
+
+    rt = _runtime(triples_model_dir)
+    count = rt.graph_op_count
+    with pytest.raises(RuntimeError, match="finalized"), rt._graph.as_default():
+        tf.constant(1.0)
+    assert rt.graph_op_count == count
+    rt.close()
+
+
+def test_runtime_names_a_tensor_missing_from_the_graph(triples_model_dir):
+    with pytest.raises(ModelLoadError, match="nope:0"):
+        _runtime(triples_model_dir, output_names=["nope:0", "head/truediv:0", "tail:0"])
+
+
+def test_runtime_rejects_wrong_output_rank(triples_model_dir):
+    m = load_manifest(triples_model_dir)
+    with pytest.raises(ModelLoadError, match="rank"):
+        _runtime(triples_model_dir, output_names=[m.input_names[0], *m.output_names[1:]])
+
+
+def test_runtime_rejects_wrong_output_count(triples_model_dir):
+    with pytest.raises(ModelLoadError, match="outputs"):
+        _runtime(triples_model_dir, n_outputs=1)
+
+
+def test_runtime_bad_savedmodel_is_a_model_load_error(triples_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(triples_model_dir, broken)
+    (broken / "saved_model.pb").write_bytes(b"not a protobuf")
+    with pytest.raises(ModelLoadError, match="cannot load"):
+        _runtime(broken)
+
+
+def test_runtime_bf16_is_refused_on_cpus_without_it(triples_model_dir, monkeypatch):
+    monkeypatch.setattr(runtime_module, "cpu_supports_bf16", lambda: False)
+    with pytest.raises(UnsupportedPrecision, match="bf16"):
+        _runtime(triples_model_dir, precision="bf16")
+    with pytest.raises(UnsupportedPrecision):
+        _runtime(triples_model_dir, precision="fp16")
+
+
+@pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
+def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
+    fp32 = _runtime(triples_model_dir)
+    bf16 = _runtime(triples_model_dir, precision="bf16")
+    ids = np.array([[2, 40, 41, 42, 3] + [0] * 11], dtype=np.int32)
+    a = fp32.run(ids, np.zeros_like(ids))[0][0, :, 1:4, 1:4]
+    b = bf16.run(ids, np.zeros_like(ids))[0][0, :, 1:4, 1:4]
+    finite = np.isfinite(a)
+    assert np.abs(a[finite] - b[finite]).max() < 0.05 * np.abs(a[finite]).max() + 1.0
+    assert json.dumps(bf16.precision) == '"bf16"'

@@ -1,0 +1,83 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nlp.tokenization import Tokenizer
+
+EDGE_CASES = {
+    "plain": "周杰伦出生于台湾省新北市。",
+    "fullwidth": "ＡＢＣ１２３，公司！（全角）",
+    "traditional": "臺灣電影《臥虎藏龍》導演李安",
+    "emoji_zwj": "家庭👨‍👩‍👧‍👦照片😀和🇨🇳旗",
+    "combining": "Café e\u0301t\u00e9 naïve",
+    "cjk_extension": "𠀀𪚥龘𡈽字",
+    "whitespace_control": " \t前\n后\r\x00中\x07间\u200b\u3000尾 ",
+    "unknown_words": "abc😀xyz qq",
+    "turkish_i": "İstanbul ﬁle ß",
+    "mixed": "2024年3月5日，Apple的CEO在北京说：“Hello, world!”",
+    "only_spaces": "   \n\t ",
+    "empty": "",
+    "long_word": "a" * 500 + "中",
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab_path):
+    return Tokenizer.from_file(vocab_path)
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_CASES))
+def test_tokenization_offsets_are_valid_for_edge_cases(tokenizer, name):
+    text = EDGE_CASES[name]
+    enc = tokenizer.encode(text)
+    assert len(enc.token_ids) == len(enc.offsets)
+    previous_start = 0
+    for start, end in enc.offsets:
+        assert 0 <= start < end <= len(text)
+        assert start >= previous_start
+        assert text[start:end].strip() != ""
+        previous_start = start
+
+
+def test_tokenization_unknown_words_map_to_unk_with_their_characters(tokenizer):
+    text = "好😀👍x"
+    enc = tokenizer.encode(text)
+    unk = [
+        (s, e)
+        for tid, (s, e) in zip(enc.token_ids, enc.offsets, strict=True)
+        if tid == tokenizer.unk_id
+    ]
+    assert [text[s:e] for s, e in unk] == ["😀👍x"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "周杰伦出生于台湾省新北市。",
+        "abc 中文 def，123！",
+        "bert的作者是google公司",
+        "Hello World 你好",
+    ],
+)
+def test_tokenization_agrees_with_bert4keras_rematch_on_ordinary_text(tokenizer, text):
+    b4k = tokenizer.bert4keras
+    tokens = b4k.tokenize(text)[1:-1]
+    mapping = b4k.rematch(text, tokens)
+    enc = tokenizer.encode(text)
+    assert enc.token_ids == b4k.tokens_to_ids(tokens)
+    assert enc.offsets == [(m[0], m[-1] + 1) for m in mapping]
+
+
+def test_tokenization_accepts_a_plain_dict_and_requires_special_tokens():
+    tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "中": 4})
+    assert tok.encode("中文").token_ids == [4, 1]
+    with pytest.raises(ValueError, match=r"\[UNK\]"):
+        Tokenizer({"[PAD]": 0, "[CLS]": 2, "[SEP]": 3})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_tokenization_property_any_string_gives_valid_offsets(tokenizer, text):
+    enc = tokenizer.encode(text)
+    for start, end in enc.offsets:
+        assert 0 <= start < end <= len(text)
