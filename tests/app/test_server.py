@@ -1,0 +1,148 @@
+"""``spo serve``, the gunicorn configuration and its hooks, the nginx template (no processes started)."""
+
+from __future__ import annotations
+
+import logging
+import runpy
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from app.server import GUNICORN_CONF, gunicorn_command, render_nginx_conf
+from app.settings import JEMALLOC_PATH, Settings
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "model.json").write_text("{}")
+    return path
+
+
+def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
+    settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3)
+    argv, env = gunicorn_command(settings, ["--check-config"], {"PATH": "/bin"})
+    assert argv[1:5] == ["-m", "gunicorn", "--config", str(GUNICORN_CONF)]
+    assert argv[5:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
+    assert env["SPO_BIND"] == "127.0.0.1:9001" and env["SPO_WORKERS"] == "3"
+    assert env["PATH"] == "/bin"
+
+
+def test_server_jemalloc_preload_is_switchable(model_dir: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    _, env = gunicorn_command(Settings(model_dir=model_dir), environ={"LD_PRELOAD": "/x.so"})
+    assert env["LD_PRELOAD"] == f"{JEMALLOC_PATH}:/x.so"
+    _, env = gunicorn_command(
+        Settings(model_dir=model_dir, jemalloc=False), environ={"LD_PRELOAD": str(JEMALLOC_PATH)}
+    )
+    assert env["LD_PRELOAD"] == ""
+
+
+def test_server_no_jemalloc_when_missing(model_dir: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr("app.settings.JEMALLOC_PATH", Path("/nonexistent/libjemalloc.so.2"))
+    _, env = gunicorn_command(Settings(model_dir=model_dir), environ={})
+    assert "LD_PRELOAD" not in env
+
+
+def test_server_serve_reports_bad_settings(model_dir: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--workers", "0"],
+        env={"SPO_MODEL_DIR": str(model_dir), "SPO_LOG_FORMAT": "xml"},
+    )
+    assert result.exit_code == 2
+    assert "SPO_WORKERS" in result.output and "SPO_LOG_FORMAT" in result.output
+
+
+def test_server_serve_check_config(model_dir: Path) -> None:
+    """The real gunicorn validates the real config file (the app is loaded, not with a model)."""
+    result = subprocess.run(
+        [str(Path(__import__("sys").executable).with_name("spo")), "serve", "--check-config"],
+        env={
+            "SPO_MODEL_DIR": str(model_dir),
+            "SPO_LOAD_MODE": "background",
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# -- deploy/gunicorn.conf.py -----------------------------------------------------------------
+@pytest.fixture
+def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    for name in list(__import__("os").environ):
+        if name.startswith("SPO_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("SPO_MODEL_DIR", str(model_dir))
+    monkeypatch.setenv("SPO_WORKERS", "2")
+    monkeypatch.setenv("SPO_MAX_REQUESTS", "500")
+    monkeypatch.setenv("SPO_MAX_REQUESTS_JITTER", "50")
+    monkeypatch.setenv("SPO_MAX_WORKER_RSS_MB", "1")
+    return runpy.run_path(str(GUNICORN_CONF))
+
+
+def test_server_gunicorn_conf_from_settings(conf: dict[str, Any]) -> None:
+    assert conf["preload_app"] is False
+    assert conf["wsgi_app"] == "app:create_app()"
+    assert conf["workers"] == 2 and conf["worker_class"] == "gthread"
+    assert (conf["max_requests"], conf["max_requests_jitter"]) == (500, 50)
+    assert conf["timeout"] >= 60
+
+
+def test_server_rss_watchdog_retires_worker(conf: dict[str, Any], caplog: Any) -> None:
+    worker = SimpleNamespace(alive=True, pid=42, log=logging.getLogger("gunicorn.error"))
+    with caplog.at_level(logging.WARNING, logger="gunicorn.error"):
+        conf["post_request"](worker, None, {}, None)  # any process is over 1 MiB
+    assert worker.alive is False
+    assert "retiring it gracefully" in caplog.text
+
+
+def test_server_rss_watchdog_off_when_zero(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPO_MODEL_DIR", str(model_dir))
+    monkeypatch.setenv("SPO_MAX_WORKER_RSS_MB", "0")
+    conf = runpy.run_path(str(GUNICORN_CONF))
+    worker = SimpleNamespace(alive=True, pid=42, log=logging.getLogger("gunicorn.error"))
+    conf["post_request"](worker, None, {}, None)
+    assert worker.alive is True
+
+
+# -- deploy/nginx.conf -----------------------------------------------------------------------
+def test_server_nginx_conf_carries_the_limits(model_dir: Path, tmp_path: Path) -> None:
+    settings = Settings(model_dir=model_dir, max_body_bytes=12345, timeout=100)
+    text = render_nginx_conf(
+        settings, listen="127.0.0.1:81", upstream="127.0.0.1:82", prefix=tmp_path
+    )
+    assert "client_max_body_size 12345;" in text
+    assert "proxy_read_timeout 110s;" in text
+    assert "server 127.0.0.1:82 fail_timeout=0;" in text
+    assert "listen 127.0.0.1:81;" in text
+    assert "{{" not in text
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs nginx-light)")
+def test_server_nginx_conf_is_valid(model_dir: Path, tmp_path: Path) -> None:
+    text = render_nginx_conf(
+        Settings(model_dir=model_dir), listen="127.0.0.1:1", upstream="127.0.0.1:2", prefix=tmp_path
+    )
+    (tmp_path / "nginx.conf").write_text(text)
+    result = subprocess.run(
+        [str(NGINX), "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr

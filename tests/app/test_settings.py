@@ -1,0 +1,151 @@
+"""``Settings``: defaults, parsing of every ``SPO_*`` variable, every bad one reported at once."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from app.settings import DEFAULT_MODEL_DIR, FIELDS, Settings, SettingsError, cpu_count
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    (tmp_path / "model.json").write_text("{}")
+    return tmp_path
+
+
+def env(model_dir: Path, **variables: str) -> dict[str, str]:
+    return {
+        "SPO_MODEL_DIR": str(model_dir),
+        **{f"SPO_{k.upper()}": v for k, v in variables.items()},
+    }
+
+
+def test_settings_defaults(model_dir: Path) -> None:
+    settings = Settings.from_env(env(model_dir))
+    assert settings.model_dir == model_dir
+    assert (settings.max_texts, settings.max_text_chars, settings.max_body_bytes) == (
+        64,
+        10_000,
+        1 << 20,
+    )
+    assert settings.workers == cpu_count()
+    assert settings.tf_intra_op_threads == max(1, cpu_count() // settings.workers)
+    assert settings.auth_tokens == () and not settings.auth_enabled
+    assert settings.load_mode == "boot" and settings.precision == "fp32"
+    assert settings.jemalloc and settings.log_format == "text"
+    assert DEFAULT_MODEL_DIR.parts[-2:] == ("models", "demo")
+
+
+def test_settings_parse_every_variable(model_dir: Path) -> None:
+    settings = Settings.from_env(
+        env(
+            model_dir,
+            load_mode="Background",
+            precision="BF16",
+            max_texts="8",
+            max_text_chars="1_000",
+            max_body_bytes="4096",
+            auth_tokens=" aaaaaaaaaaaaaaaa , bbbbbbbbbbbbbbbb,",
+            bind="0.0.0.0:9000",
+            workers="3",
+            threads="2",
+            intra_op_threads="auto",
+            inter_op_threads="2",
+            timeout="60",
+            graceful_timeout="5",
+            max_requests="0",
+            max_requests_jitter="0",
+            max_worker_rss_mb="0",
+            jemalloc="off",
+            log_format="JSON",
+            log_level="debug",
+            access_log="no",
+        )
+    )
+    assert settings.load_mode == "background" and settings.precision == "bf16"
+    assert (settings.max_texts, settings.max_text_chars, settings.max_body_bytes) == (8, 1000, 4096)
+    assert settings.auth_tokens == ("a" * 16, "b" * 16)
+    assert (settings.bind, settings.workers, settings.threads) == ("0.0.0.0:9000", 3, 2)
+    assert settings.intra_op_threads is None and settings.inter_op_threads == 2
+    assert (settings.max_requests, settings.max_worker_rss_mb) == (0, 0)
+    assert not settings.jemalloc and not settings.use_jemalloc and not settings.access_log
+    assert (settings.log_format, settings.log_level) == ("json", "DEBUG")
+
+
+def test_settings_report_every_bad_variable_at_once(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(
+            {
+                "SPO_MODEL_DIR": str(tmp_path / "missing"),
+                "SPO_MAX_TEXTS": "0",
+                "SPO_MAX_TEXT_CHARS": "many",
+                "SPO_MAX_BODY_BYTES": "10",
+                "SPO_WORKERS": "-1",
+                "SPO_PRECISION": "fp8",
+                "SPO_JEMALLOC": "maybe",
+                "SPO_LOG_FORMAT": "xml",
+                "SPO_BIND": "localhost",
+                "SPO_AUTH_TOKENS": "short",
+                "SPO_MAX_REQUESTS": "10",
+                "SPO_MAX_REQUESTS_JITTER": "10",
+                "SPO_LOAD_MODE": "lazy",
+            }
+        )
+    named = {p.split(":", 1)[0] for p in info.value.problems}
+    assert named == {
+        "SPO_MODEL_DIR",
+        "SPO_MAX_TEXTS",
+        "SPO_MAX_TEXT_CHARS",
+        "SPO_MAX_BODY_BYTES",
+        "SPO_WORKERS",
+        "SPO_PRECISION",
+        "SPO_JEMALLOC",
+        "SPO_LOG_FORMAT",
+        "SPO_BIND",
+        "SPO_AUTH_TOKENS",
+        "SPO_MAX_REQUESTS_JITTER",
+        "SPO_LOAD_MODE",
+    }
+    assert len(info.value.problems) == len(named)  # one line each, parse errors not repeated
+    assert "expected an integer, got 'many'" in str(info.value)
+
+
+def test_settings_model_dir_needs_model_json(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="no model.json"):
+        Settings(model_dir=tmp_path)
+
+
+def test_settings_direct_construction_is_validated(model_dir: Path) -> None:
+    with pytest.raises(SettingsError, match="SPO_THREADS"):
+        Settings(model_dir=model_dir, threads=0)
+    with pytest.raises(SettingsError):
+        Settings(model_dir=model_dir).replace(max_texts=0)
+
+
+def test_settings_are_frozen(model_dir: Path) -> None:
+    settings = Settings(model_dir=model_dir)
+    with pytest.raises(AttributeError):
+        settings.max_texts = 3  # type: ignore[misc]
+
+
+def test_settings_blank_means_default(model_dir: Path) -> None:
+    assert Settings.from_env(env(model_dir, max_texts="  ")).max_texts == 64
+
+
+def test_settings_unknown_variable_warns(model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="app.settings"):
+        Settings.from_env(env(model_dir, max_text="5"))
+    assert "SPO_MAX_TEXT" in caplog.text
+
+
+def test_settings_explicit_intra_op_threads(model_dir: Path) -> None:
+    settings = Settings(model_dir=model_dir, workers=64, intra_op_threads=3)
+    assert settings.tf_intra_op_threads == 3
+    assert Settings(model_dir=model_dir, workers=256).tf_intra_op_threads == 1
+
+
+def test_settings_every_field_has_a_variable() -> None:
+    assert all(help_text for _, help_text in FIELDS.values())
