@@ -114,7 +114,7 @@ def test_settings_report_every_bad_variable_at_once(tmp_path: Path) -> None:
 
 
 def test_settings_model_dir_needs_model_json(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="no model.json"):
+    with pytest.raises(SettingsError, match=r"no model\.json"):
         Settings(model_dir=tmp_path)
 
 
