@@ -365,3 +365,23 @@ def test_api_openapi_reflects_limits_and_codes(client: FlaskClient) -> None:
     responses = spec["paths"]["/v1/extract"]["post"]["responses"]
     assert set(responses) == {"200", "400", "413", "415", "422", "500", "503"}
     assert "securitySchemes" not in spec["components"]
+
+
+def test_api_entities_model(entities_model_dir: Any) -> None:
+    """The NER task: /v1/model lists entity types, results have entities and no triples."""
+    settings = Settings(model_dir=entities_model_dir, workers=1, intra_op_threads=1)
+    app = create_app(settings)
+    try:
+        client = app.test_client()
+        summary = client.get("/v1/model").get_json()
+        assert summary["task"] == "entities" and summary["entity_types"] == ["人物", "地点", "机构"]
+        assert "predicates" not in summary
+        texts = ["李白出生于碎叶城。", "北京" * 30]
+        body = client.post("/v1/extract", json={"texts": texts}).get_json()
+        assert body["model"]["task"] == "entities"
+        for text, result in zip(texts, body["results"], strict=True):
+            assert result["triples"] == []
+            assert_offsets(text, result)
+            assert {e["type"] for e in result["entities"]} <= set(summary["entity_types"])
+    finally:
+        app.extensions["spo"].close()

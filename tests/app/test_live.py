@@ -33,7 +33,8 @@ PROBLEM = "application/problem+json"
 NGINX = shutil.which("nginx") or next(
     (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
 )
-MAX_REQUESTS = 100
+MAX_REQUESTS = 60
+JITTER = 10
 BOOT_TIMEOUT_S = 120
 
 
@@ -159,7 +160,7 @@ def stack(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "SPO_WORKERS": "2",
         "SPO_THREADS": "4",
         "SPO_MAX_REQUESTS": str(MAX_REQUESTS),
-        "SPO_MAX_REQUESTS_JITTER": "20",
+        "SPO_MAX_REQUESTS_JITTER": str(JITTER),
         "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
         "SPO_LOG_FORMAT": "json",
     }
@@ -370,7 +371,7 @@ def test_live_schemathesis_finds_no_5xx_and_no_schema_violation(
 @pytest.mark.slow
 def test_live_load_with_worker_recycling_drops_nothing(stack: Stack) -> None:
     """Concurrency 8 through nginx for up to 30 s (at most 1,000 requests): zero failures while
-    workers recycle every ~100 requests."""
+    workers recycle every 60-70 requests."""
     port = stack.port
     restarts_before = stack.gunicorn_log.read_text().count("Autorestarting worker")
     deadline = time.monotonic() + 30
@@ -401,5 +402,6 @@ def test_live_load_with_worker_recycling_drops_nothing(stack: Stack) -> None:
         list(pool.map(client, range(8)))
     restarts = stack.gunicorn_log.read_text().count("Autorestarting worker") - restarts_before
     assert not failures, f"{len(failures)} of {counts[0]} failed: {failures[:5]}"
-    assert counts[0] >= 2 * MAX_REQUESTS, f"only {counts[0]} requests in 30 s"
+    # Past 2 x (max_requests + jitter) requests, some worker must have been recycled.
+    assert counts[0] > 2 * (MAX_REQUESTS + JITTER), f"only {counts[0]} requests in 30 s"
     assert restarts >= 1, "no worker was recycled: the test proved nothing"
