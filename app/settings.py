@@ -124,7 +124,8 @@ class Settings:
                 bad(name, f"must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
 
         if not self.model_dir.is_dir():
-            bad("model_dir", f"not a directory: {self.model_dir}")
+            hint = " (build it: make demo-model)" if self.model_dir == DEFAULT_MODEL_DIR else ""
+            bad("model_dir", f"not a directory: {self.model_dir}{hint}")
         elif not (self.model_dir / "model.json").is_file():
             bad("model_dir", f"no model.json in {self.model_dir}")
         one_of("load_mode", LOAD_MODES)
