@@ -19,3 +19,6 @@ from app.modelcli import COMMANDS as _model_commands  # noqa: E402
 
 for _command in _model_commands:
     main.add_command(_command)
+from app.batch.command import extract  # noqa: E402
+
+main.add_command(extract)

@@ -1,0 +1,234 @@
+"""The output: whole JSON lines, written a window at a time, with a checkpoint for ``--resume``.
+
+A file output has a sidecar ``<output>.checkpoint.json`` while the run is in progress. After each
+window the lines are written and fsynced, then the checkpoint (records done, output bytes, last id,
+errors, and the fingerprint of inputs, options and model) is replaced atomically. ``--resume``
+truncates the output to the checkpointed byte count, so a partial line or a window written after the
+last checkpoint (a kill between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar
+is removed when the run completes; an output with no sidecar is complete (or not ours).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+CHECKPOINT_SUFFIX = ".checkpoint.json"
+CHECKPOINT_VERSION = 1
+
+
+class OutputError(Exception):
+    """The output cannot be written or resumed as asked; the message says why and what to do."""
+
+
+def dumps_line(record_id: Any, outcome: dict[str, Any]) -> bytes:
+    """One output line. A lone surrogate in an id falls back to ASCII escapes: still valid JSON."""
+    doc = {"id": record_id, **outcome}
+    try:
+        return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(doc, separators=(",", ":")) + "\n").encode("ascii")
+
+
+@dataclass
+class Checkpoint:
+    fingerprint: dict[str, Any]
+    done: int = 0  # selected input records written
+    bytes: int = 0  # output size after them
+    errors: int = 0  # error records among them
+    last_id: Any = None
+    version: int = field(default=CHECKPOINT_VERSION)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(asdict(self), fh, ensure_ascii=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if doc.get("version") != CHECKPOINT_VERSION:
+                raise ValueError(f"version {doc.get('version')!r}")
+            return cls(**doc)
+        except (OSError, ValueError, TypeError) as exc:
+            raise OutputError(
+                f"{path}: unreadable checkpoint ({exc}); use --force to start over"
+            ) from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def diff_fingerprints(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human-readable differences (``key: old -> new``), empty when they match."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"{key}: {json.dumps(old.get(key))} -> {json.dumps(new.get(key))}")
+    return out
+
+
+class Output:
+    """Where output lines go; ``checkpoint`` is the state to resume from (``done == 0``: fresh)."""
+
+    def __init__(self, name: str, fingerprint: dict[str, Any]) -> None:
+        self.name = name
+        self.checkpoint = Checkpoint(fingerprint)
+
+    def open(self) -> None: ...
+
+    def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class StreamOutput(Output):
+    """stdout (or any binary stream): flushed a window at a time; cannot be resumed."""
+
+    def __init__(self, stream: BinaryIO | None, fingerprint: dict[str, Any]) -> None:
+        super().__init__("-", fingerprint)
+        self.stream = stream if stream is not None else sys.stdout.buffer
+
+    def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
+        self.stream.write(data)
+        self.stream.flush()
+        self.checkpoint.done += records
+        self.checkpoint.errors += errors
+        self.checkpoint.last_id = last_id
+
+    def finish(self) -> None:
+        self.stream.flush()
+
+
+class FileOutput(Output):
+    """A file with a checkpoint sidecar; see the module docstring for the protocol."""
+
+    def __init__(
+        self, path: Path, fingerprint: dict[str, Any], *, resume: bool, force: bool
+    ) -> None:
+        super().__init__(str(path), fingerprint)
+        self.path = path
+        self.sidecar = path.with_name(path.name + CHECKPOINT_SUFFIX)
+        self.fd: int | None = None
+        self.resuming = False
+        if resume and force:
+            raise OutputError("--resume and --force exclude each other")
+        exists, has_sidecar = path.exists(), self.sidecar.exists()
+        if path.is_dir():
+            raise OutputError(f"{path} is a directory")
+        if resume and has_sidecar:
+            self._check_resumable(Checkpoint.load(self.sidecar))
+        elif resume and exists:
+            raise OutputError(
+                f"{path} exists and has no checkpoint ({self.sidecar.name}): it is complete or was "
+                "not written by spo extract; nothing to resume (use --force to overwrite it)"
+            )
+        elif (exists or has_sidecar) and not force:
+            hint = (
+                "an interrupted run: add --resume to continue it, or --force to start over"
+                if has_sidecar
+                else "add --force to overwrite it"
+            )
+            raise OutputError(f"{path} already exists ({hint})")
+
+    def _check_resumable(self, saved: Checkpoint) -> None:
+        changes = diff_fingerprints(saved.fingerprint, self.checkpoint.fingerprint)
+        if changes:
+            raise OutputError(
+                f"cannot resume {self.path}: the inputs, options or model differ from the interrupted "
+                "run:\n  " + "\n  ".join(changes) + "\n(use --force to start over)"
+            )
+        if not self.path.exists():
+            if saved.bytes:
+                raise OutputError(f"cannot resume: {self.path} is missing (use --force)")
+        elif self.path.stat().st_size < saved.bytes:
+            raise OutputError(
+                f"cannot resume: {self.path} is shorter ({self.path.stat().st_size} bytes) than its "
+                f"checkpoint ({saved.bytes} bytes); it was changed (use --force to start over)"
+            )
+        if saved.bytes:
+            last = _line_before(self.path, saved.bytes)
+            try:
+                last_id = json.loads(last)["id"]
+            except (ValueError, KeyError, TypeError):
+                last_id = object()
+            if last_id != saved.last_id:
+                raise OutputError(
+                    f"cannot resume: the last checkpointed line of {self.path} is not the record "
+                    f"{json.dumps(saved.last_id)}; the file was changed (use --force to start over)"
+                )
+        self.checkpoint = saved
+        self.resuming = True
+
+    def open(self) -> None:
+        """Create (or truncate to the checkpoint) the output; write the first checkpoint."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.resuming:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT)
+            os.ftruncate(self.fd, self.checkpoint.bytes)
+            os.fsync(self.fd)
+            os.lseek(self.fd, 0, os.SEEK_END)
+        else:
+            self.checkpoint.save(self.sidecar)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.fsync(self.fd)
+            _fsync_dir(self.path.parent)
+
+    def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
+        assert self.fd is not None, "open() first"
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+        os.fsync(self.fd)
+        cp = self.checkpoint
+        cp.done += records
+        cp.bytes += len(data)
+        cp.errors += errors
+        cp.last_id = last_id
+        cp.save(self.sidecar)
+
+    def finish(self) -> None:
+        """The run is complete: close the file and drop the checkpoint."""
+        self.abort()
+        self.sidecar.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        """Close, keeping the checkpoint: ``--resume`` continues from the last whole window."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _line_before(path: Path, offset: int) -> bytes:
+    """The newline-terminated line that ends at byte ``offset``."""
+    with path.open("rb") as fh:
+        start = offset
+        while start > 0:
+            step = min(start, 1 << 16)
+            fh.seek(start - step)
+            block = fh.read(step)
+            cut = block.rfind(b"\n", 0, len(block) - (1 if start == offset else 0))
+            if cut >= 0:
+                start = start - step + cut + 1
+                break
+            start -= step
+        fh.seek(start)
+        return fh.read(offset - start)

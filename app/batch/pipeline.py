@@ -1,0 +1,390 @@
+"""``run_batch``: the streaming pipeline behind ``spo extract``, a plain function.
+
+read lines -> select the shard -> skip what a resumed output holds -> windows of ``window`` records ->
+parse (bad lines become error records) -> sort each window's texts by length, cut into chunks ->
+executor (in process or worker processes) -> restore input order -> write and checkpoint each window.
+
+Memory is bounded by the window size, whatever the input size: at most a few windows are in flight.
+Windows are counted from the first selected record, so a resumed run cuts exactly the same windows
+and chunks as an uninterrupted one and its output is byte-identical.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+import json
+import logging
+import time
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tqdm import tqdm
+
+from app.batch.output import FileOutput, Output, OutputError, StreamOutput, dumps_line
+from app.batch.records import (
+    InputError,
+    Record,
+    Source,
+    count_lines,
+    fingerprint,
+    is_same_file,
+    iter_lines,
+    line_limit,
+    open_binary,
+    parse_line,
+    source_for,
+)
+from app.batch.workers import (
+    ExtractorFactory,
+    InlineExecutor,
+    LoadSpec,
+    Outcome,
+    ProcessExecutor,
+    error_outcome,
+    load_extractor,
+)
+from app.settings import DEFAULT_MODEL_DIR, PRECISIONS, cpu_count
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Everything ``spo extract`` can be told (see its ``--help``)."""
+
+    inputs: tuple[str, ...]
+    output: str = "-"
+    model_dir: Path = DEFAULT_MODEL_DIR
+    input_format: str = "auto"
+    text_field: str = "text"
+    id_field: str = "id"
+    workers: int = 1
+    recycle_after: int = 0
+    max_rss_mb: int = 0
+    shard: tuple[int, int] = (1, 1)
+    resume: bool = False
+    force: bool = False
+    window: int = 2048
+    chunk_size: int = 64
+    max_text_chars: int = 10_000
+    precision: str = "fp32"
+    intra_op_threads: int | None = None
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.inputs:
+            out.append("at least one input is needed")
+        if self.inputs.count("-") > 1:
+            out.append("stdin (-) can be read only once")
+        k, n = self.shard
+        if not 1 <= k <= n:
+            out.append(f"--shard must be K/N with 1 <= K <= N, got {k}/{n}")
+        if self.workers < 0:
+            out.append("--workers must be 0 (in this process) or more")
+        if self.window < 1 or self.chunk_size < 1:
+            out.append("--window and the chunk size must be positive")
+        if not self.text_field or not self.id_field:
+            out.append("--text-field and --id-field must not be empty")
+        if self.precision not in PRECISIONS:
+            out.append(f"--precision must be one of {', '.join(PRECISIONS)}")
+        if self.max_text_chars < 1:
+            out.append("--max-text-chars must be positive")
+        if self.resume and self.output == "-":
+            out.append("--resume needs an output file (-o), not stdout")
+        if self.output != "-":
+            if self.output.lower().endswith(".gz"):
+                out.append("the output is plain JSON lines; compress it after the run")
+            out += [
+                f"the output {self.output} is also an input"
+                for i in self.inputs
+                if i != "-" and is_same_file(i, self.output)
+            ]
+        return out
+
+
+@dataclass
+class BatchSummary:
+    records: int = 0  # written by this run
+    errors: int = 0  # error records among them
+    skipped: int = 0  # already in the output when the run resumed
+    earlier_errors: int = 0
+    load_seconds: float = 0.0
+    seconds: float = 0.0  # from the first record read to the last written
+    output: str = "-"
+    recycled: int = 0
+    restarted: int = 0
+
+    @property
+    def total_errors(self) -> int:
+        return self.errors + self.earlier_errors
+
+    @property
+    def texts_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        parts = [
+            f"{self.records} records, {self.errors} errors in {self.seconds:.1f} s "
+            f"({self.texts_per_second:.1f} texts/s; model loaded in {self.load_seconds:.1f} s)"
+        ]
+        if self.skipped:
+            parts.append(
+                f"resumed after {self.skipped} records ({self.total_errors} errors in all)"
+            )
+        if self.recycled or self.restarted:
+            parts.append(f"workers recycled {self.recycled}, restarted {self.restarted}")
+        return "spo extract: " + "; ".join(parts) + f" -> {self.output}"
+
+
+class BatchError(Exception):
+    """The run cannot start or go on (bad options, unreadable input, output refused, model)."""
+
+
+@dataclass
+class _Window:
+    records: list[Record]
+    outcomes: list[Outcome | None] = field(default_factory=list)
+    pending: int = 0
+
+
+def run_batch(
+    options: BatchOptions,
+    *,
+    factory: ExtractorFactory = load_extractor,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
+    progress: bool = False,
+) -> BatchSummary:
+    """Extract from every record of ``options.inputs`` into ``options.output``; see the module doc.
+
+    Raises ``BatchError`` (or ``OutputError``, ``InputError``, ``ModelLoadError``) for what stops a
+    run; bad records never do: they become error records.
+    """
+    problems = options.problems()
+    if problems:
+        raise BatchError("; ".join(problems))
+    try:
+        sources = [source_for(name, options.input_format) for name in options.inputs]
+        prints = [fingerprint(s) for s in sources]
+    except (ValueError, OSError) as exc:
+        raise InputError(str(exc)) from exc
+    run_print = _run_fingerprint(options, sources, prints)
+    output: Output
+    if options.output == "-":
+        output = StreamOutput(stdout, run_print)
+    else:
+        output = FileOutput(
+            Path(options.output), run_print, resume=options.resume, force=options.force
+        )
+    summary = BatchSummary(output=output.name)
+    summary.skipped = output.checkpoint.done
+    summary.earlier_errors = output.checkpoint.errors
+    total = _total(sources, options) if progress else None
+
+    spec = LoadSpec(
+        model_dir=Path(options.model_dir),
+        max_text_chars=options.max_text_chars,
+        precision=options.precision,
+        intra_op_threads=options.intra_op_threads
+        or (max(1, cpu_count() // options.workers) if options.workers else None),
+        inter_op_threads=1,
+        text_field=options.text_field,
+    )
+    executor: InlineExecutor | ProcessExecutor
+    if options.workers == 0:
+        executor = InlineExecutor(factory, spec)
+    else:
+        executor = ProcessExecutor(
+            factory,
+            spec,
+            options.workers,
+            recycle_after=options.recycle_after,
+            max_rss_mb=options.max_rss_mb,
+        )
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        stack.callback(executor.close)
+        executor.start()
+        summary.load_seconds = time.perf_counter() - started
+        output.open()
+        bar = stack.enter_context(
+            tqdm(
+                total=None if total is None else max(0, total - summary.skipped),
+                disable=not progress,
+                unit=" rec",
+                desc="extract",
+                dynamic_ncols=True,
+                smoothing=0.1,
+            )
+        )
+        started = time.perf_counter()
+        try:
+            _run(options, sources, stdin, executor, output, summary, bar)
+        except BaseException:
+            output.abort()
+            raise
+        summary.seconds = time.perf_counter() - started
+        output.finish()
+        if isinstance(executor, ProcessExecutor):
+            summary.recycled, summary.restarted = executor.recycled, executor.restarted
+    return summary
+
+
+def _run(
+    options: BatchOptions,
+    sources: list[Source],
+    stdin: BinaryIO | None,
+    executor: InlineExecutor | ProcessExecutor,
+    output: Output,
+    summary: BatchSummary,
+    bar: tqdm[Any],
+) -> None:
+    done = output.checkpoint.done
+    lines = _selected_lines(sources, options, stdin)
+    if done:
+        last = next(itertools.islice(lines, done - 1, done), None)
+        if last is None or _parse(last, options).id != output.checkpoint.last_id:
+            raise OutputError(
+                f"cannot resume: record {done} of the input is not the last one written "
+                f"({json.dumps(output.checkpoint.last_id)}); the input changed (use --force)"
+            )
+
+    windows: deque[_Window] = deque()
+    chunk_map: dict[int, tuple[_Window, list[int]]] = {}
+    chunk_ids = itertools.count()
+
+    def chunks() -> Iterator[tuple[int, list[str]]]:
+        for batch in _batched(lines, options.window):
+            window = _Window([_parse(item, options) for item in batch])
+            window.outcomes = [
+                error_outcome(r.error) if r.error is not None else None for r in window.records
+            ]
+            valid = [i for i, r in enumerate(window.records) if r.error is None]
+            valid.sort(key=lambda i: len(window.records[i].text or ""))
+            cuts = [
+                valid[i : i + options.chunk_size] for i in range(0, len(valid), options.chunk_size)
+            ]
+            window.pending = len(cuts)
+            windows.append(window)
+            flush()  # a window of error records only is complete already
+            for positions in cuts:
+                chunk_id = next(chunk_ids)
+                chunk_map[chunk_id] = (window, positions)
+                yield chunk_id, [window.records[i].text or "" for i in positions]
+
+    def flush() -> None:
+        while windows and windows[0].pending == 0:
+            window = windows.popleft()
+            outcomes = [o for o in window.outcomes if o is not None]
+            assert len(outcomes) == len(window.records)
+            data = b"".join(
+                dumps_line(r.id, o) for r, o in zip(window.records, outcomes, strict=True)
+            )
+            errors = sum("error" in o for o in outcomes)
+            output.write_window(data, len(window.records), errors, window.records[-1].id)
+            summary.records += len(window.records)
+            summary.errors += errors
+            bar.update(sum(r.error is not None for r in window.records))
+
+    for chunk_id, outcomes in executor.map_unordered(chunks()):
+        window, positions = chunk_map.pop(chunk_id)
+        for i, outcome in zip(positions, outcomes, strict=True):
+            window.outcomes[i] = outcome
+        window.pending -= 1
+        bar.update(len(positions))
+        flush()
+    flush()
+    assert not windows and not chunk_map
+
+
+def _parse(item: tuple[Source, int, bytes | None], options: BatchOptions) -> Record:
+    source, line_no, raw = item
+    return parse_line(
+        source,
+        line_no,
+        raw,
+        text_field=options.text_field,
+        id_field=options.id_field,
+        prefix_ids=len(options.inputs) > 1,
+    )
+
+
+def _selected_lines(
+    sources: list[Source], options: BatchOptions, stdin: BinaryIO | None
+) -> Iterator[tuple[Source, int, bytes | None]]:
+    """``(source, line number, bytes)`` of the records of this shard (index over all inputs)."""
+    k, n = options.shard
+    index = 0
+    for source in sources:
+        limit = line_limit(source.format, options.max_text_chars)
+        line_no = 0
+        try:
+            stream = open_binary(source, stdin)
+            try:
+                for raw in iter_lines(stream, limit):
+                    line_no += 1
+                    if index % n == k - 1:
+                        yield source, line_no, raw
+                    index += 1
+            finally:
+                if not source.is_stdin:
+                    stream.close()
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(
+                f"{source.name}: cannot read past line {line_no}: {exc}"
+                " (the output so far is complete and resumable)"
+            ) from exc
+
+
+def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
+
+
+def _total(sources: list[Source], options: BatchOptions) -> int | None:
+    """Selected records in all inputs, for the progress bar's ETA (``None`` when stdin is one)."""
+    if any(s.is_stdin for s in sources):
+        return None
+    try:
+        total = sum(count_lines(s) for s in sources)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return None
+    k, n = options.shard
+    return max(0, (total - (k - 1) + n - 1) // n)
+
+
+def _run_fingerprint(
+    options: BatchOptions, sources: list[Source], prints: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What must not change between a run and its ``--resume``."""
+    return {
+        "inputs": prints,
+        "formats": [s.format for s in sources],
+        "text_field": options.text_field,
+        "id_field": options.id_field,
+        "shard": f"{options.shard[0]}/{options.shard[1]}",
+        "window": options.window,
+        "chunk_size": options.chunk_size,
+        "max_text_chars": options.max_text_chars,
+        "precision": options.precision,
+        "model": _model_fingerprint(Path(options.model_dir)),
+    }
+
+
+def _model_fingerprint(model_dir: Path) -> str | None:
+    """sha256 of ``model.json`` and ``saved_model.pb`` (``None`` when absent: fakes in tests)."""
+    digest = hashlib.sha256()
+    found = False
+    for name in ("model.json", "saved_model.pb", "variables/variables.index"):
+        path = model_dir / name
+        if path.is_file():
+            found = True
+            digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest() if found else None

@@ -1,0 +1,318 @@
+"""Where texts meet the model: in this process, or in spawned worker processes.
+
+Both executors take chunks ``(chunk_id, texts)`` lazily and yield ``(chunk_id, outcomes)`` as chunks
+complete (any order; the caller restores input order). An outcome is the output line's body:
+``{"entities", "triples"}`` or ``{"error": {"code", "message"}}``.
+
+Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
+own ``Extractor`` with ``intra_op = cores / workers``, and is replaced after ``recycle_after`` texts or
+when its RSS is over ``max_rss_mb``, between chunks, so no chunk is lost or reordered. A worker that
+dies mid-chunk is replaced and the chunk is run again once; a second death stops the run (the output
+stays resumable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from nlp.errors import ModelLoadError, SpoError
+from nlp.types import Extraction
+
+logger = logging.getLogger(__name__)
+
+Outcome = dict[str, Any]
+Chunk = tuple[int, list[str]]
+INTERNAL_ERROR = {
+    "error": {"code": "internal_error", "message": "unexpected error on this text (see the log)"}
+}
+
+
+class ExtractorLike(Protocol):
+    def check_text(self, text: object, field: str = "text") -> None: ...
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How a worker loads its extractor; picklable, so it crosses the spawn boundary."""
+
+    model_dir: Path
+    max_text_chars: int = 10_000
+    precision: str = "fp32"
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = 1
+    text_field: str = "text"
+
+
+ExtractorFactory = Callable[[LoadSpec], ExtractorLike]
+
+
+class WorkerError(Exception):
+    """A worker failed to start, or died twice on the same chunk."""
+
+
+def load_extractor(spec: LoadSpec) -> ExtractorLike:
+    """The real ``Extractor`` (TensorFlow is imported here, in the process that runs it)."""
+    from nlp.pipeline import Extractor
+
+    return Extractor.load(
+        spec.model_dir,
+        intra_op_threads=spec.intra_op_threads,
+        inter_op_threads=spec.inter_op_threads,
+        max_text_chars=spec.max_text_chars,
+        precision=spec.precision,
+    )
+
+
+def error_outcome(exc: SpoError) -> Outcome:
+    return {"error": {"code": exc.code, "message": exc.message}}
+
+
+def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text") -> list[Outcome]:
+    """Outcomes for ``texts``: each is checked first, so one bad text never fails its neighbours."""
+    out: list[Outcome | None] = [None] * len(texts)
+    valid: list[int] = []
+    for i, text in enumerate(texts):
+        try:
+            extractor.check_text(text, field)
+        except SpoError as exc:
+            out[i] = error_outcome(exc)
+        else:
+            valid.append(i)
+    if valid:
+        try:
+            results = extractor.extract_batch([texts[i] for i in valid])
+            for i, result in zip(valid, results, strict=True):
+                out[i] = result.to_dict()
+        except Exception:
+            logger.exception("batch of %d texts failed; retrying them one at a time", len(valid))
+            for i in valid:
+                out[i] = _run_one(extractor, texts[i])
+    return [o if o is not None else INTERNAL_ERROR for o in out]
+
+
+def _run_one(extractor: ExtractorLike, text: str) -> Outcome:
+    try:
+        return extractor.extract_batch([text])[0].to_dict()
+    except SpoError as exc:
+        return error_outcome(exc)
+    except Exception:
+        logger.exception("text of %d characters failed", len(text))
+        return INTERNAL_ERROR
+
+
+class InlineExecutor:
+    """Runs chunks in this process (``--workers 0``, tests, debugging)."""
+
+    def __init__(self, factory: ExtractorFactory, spec: LoadSpec) -> None:
+        self.factory, self.spec = factory, spec
+        self.extractor: ExtractorLike | None = None
+
+    def start(self) -> None:
+        self.extractor = self.factory(self.spec)
+
+    def map_unordered(self, chunks: Iterable[Chunk]) -> Iterator[tuple[int, list[Outcome]]]:
+        assert self.extractor is not None, "start() first"
+        for chunk_id, texts in chunks:
+            yield chunk_id, run_chunk(self.extractor, texts, self.spec.text_field)
+
+    def close(self) -> None:
+        if self.extractor is not None:
+            self.extractor.close()
+            self.extractor = None
+
+
+def _worker_main(conn: Connection, factory: ExtractorFactory, spec: LoadSpec) -> None:
+    """A worker process: load, say ready, then answer chunks until told to stop or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    import psutil
+
+    try:
+        extractor = factory(spec)
+    except SpoError as exc:
+        conn.send(("failed", f"{exc.code}: {exc.message}"))
+        return
+    except Exception:
+        conn.send(("failed", traceback.format_exc()))
+        return
+    me = psutil.Process()
+    conn.send(("ready", os.getpid()))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break  # the parent is gone
+            if message is None:
+                break
+            chunk_id, texts = message
+            outcomes = run_chunk(extractor, texts, spec.text_field)
+            try:
+                conn.send(("done", chunk_id, outcomes, me.memory_info().rss))
+            except OSError:
+                break  # the parent is gone
+    finally:
+        extractor.close()
+
+
+class _Worker:
+    def __init__(self, ctx: Any, factory: ExtractorFactory, spec: LoadSpec) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, factory, spec), name="spo-extract-worker", daemon=True
+        )
+        self.process.start()
+        child.close()
+        self.ready = False
+        self.texts = 0
+        self.chunk: Chunk | None = None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+class ProcessExecutor:
+    """``workers`` spawned processes; see the module docstring."""
+
+    def __init__(
+        self,
+        factory: ExtractorFactory,
+        spec: LoadSpec,
+        workers: int,
+        *,
+        recycle_after: int = 0,
+        max_rss_mb: int = 0,
+        start_timeout: float = 600.0,
+    ) -> None:
+        self.factory, self.spec, self.n = factory, spec, workers
+        self.recycle_after, self.max_rss_mb = recycle_after, max_rss_mb
+        self.start_timeout = start_timeout
+        self.ctx = multiprocessing.get_context("spawn")
+        self.workers: list[_Worker] = []
+        self.recycled = 0
+        self.restarted = 0
+
+    def start(self) -> None:
+        """Start every worker and wait until each has loaded and warmed its model."""
+        self.workers = [self._spawn() for _ in range(self.n)]
+        deadline = time.monotonic() + self.start_timeout
+        while not all(w.ready for w in self.workers):
+            starting = [w for w in self.workers if not w.ready]
+            if not wait(
+                [w.conn for w in starting] + [w.process.sentinel for w in starting],
+                max(0.0, deadline - time.monotonic()),
+            ):
+                raise WorkerError(f"workers not ready after {self.start_timeout:.0f} s")
+            for w in starting:
+                self._poll_ready(w)
+
+    def _spawn(self) -> _Worker:
+        return _Worker(self.ctx, self.factory, self.spec)
+
+    def _poll_ready(self, worker: _Worker) -> None:
+        if worker.conn.poll():
+            try:
+                message = worker.conn.recv()
+            except EOFError:
+                message = ("failed", "exited while loading")
+            if message[0] == "ready":
+                worker.ready = True
+                return
+            raise ModelLoadError(f"worker could not load the model: {message[1]}")
+        if not worker.process.is_alive():
+            raise ModelLoadError(
+                f"worker exited while loading the model (exit code {worker.process.exitcode})"
+            )
+
+    def map_unordered(self, chunks: Iterable[Chunk]) -> Iterator[tuple[int, list[Outcome]]]:
+        source = iter(chunks)
+        retry: deque[Chunk] = deque()
+        retried: set[int] = set()
+        exhausted = False
+        while True:
+            for w in self.workers:
+                if w.ready and w.chunk is None:
+                    chunk = retry.popleft() if retry else None
+                    if chunk is None and not exhausted:
+                        chunk = next(source, None)
+                        exhausted = chunk is None
+                    if chunk is None:
+                        break
+                    w.chunk = chunk
+                    with contextlib.suppress(OSError):  # died while idle: found below, retried
+                        w.conn.send(chunk)
+            busy = [w for w in self.workers if w.chunk is not None or not w.ready]
+            if not any(w.chunk is not None for w in busy) and exhausted and not retry:
+                return
+            wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            for i, w in enumerate(list(self.workers)):
+                if not w.ready:
+                    if w.conn.poll() or not w.process.is_alive():
+                        self._poll_ready(w)
+                    continue
+                if w.chunk is not None and w.conn.poll():
+                    try:
+                        _, chunk_id, outcomes, rss = w.conn.recv()
+                    except EOFError:
+                        pass  # died while sending: handled below as a death
+                    else:
+                        w.chunk = None
+                        w.texts += len(outcomes)
+                        yield chunk_id, outcomes
+                        if self._should_recycle(w, rss):
+                            self.recycled += 1
+                            w.stop()
+                            self.workers[i] = self._spawn()
+                        continue
+                if not w.process.is_alive() and w.chunk is not None:
+                    chunk = w.chunk
+                    if chunk[0] in retried:
+                        raise WorkerError(
+                            f"a worker died twice on the same chunk of {len(chunk[1])} texts "
+                            f"(exit code {w.process.exitcode}); the output so far is resumable"
+                        )
+                    logger.warning(
+                        "worker %d died (exit code %s); restarting it and retrying its chunk",
+                        w.process.pid,
+                        w.process.exitcode,
+                    )
+                    retried.add(chunk[0])
+                    retry.append(chunk)
+                    self.restarted += 1
+                    w.conn.close()
+                    self.workers[i] = self._spawn()
+
+    def _should_recycle(self, worker: _Worker, rss: int) -> bool:
+        if self.recycle_after and worker.texts >= self.recycle_after:
+            logger.info("recycling worker %d after %d texts", worker.process.pid, worker.texts)
+            return True
+        if self.max_rss_mb and rss > self.max_rss_mb * 2**20:
+            logger.info("recycling worker %d at %d MiB RSS", worker.process.pid, rss >> 20)
+            return True
+        return False
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers = []

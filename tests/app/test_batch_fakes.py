@@ -1,0 +1,122 @@
+"""Fakes for the batch tests: a picklable extractor factory (it crosses the spawn boundary) and a
+crash driver that kills a real process at chosen points of ``run_batch``. No tests here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.batch.workers import LoadSpec
+from nlp.errors import InvalidInput, TextTooLong
+from nlp.types import Entity, Extraction, Span
+
+BOOM = "💥"
+
+
+@dataclass(frozen=True)
+class FakeFactory:
+    """Makes ``FakeExtractor``s. ``kill_on_call``: SIGKILL this process on that ``extract_batch``
+    call; ``die_once``: a path; the first process to see a text with BOOM creates it and dies."""
+
+    delay: float = 0.0
+    kill_on_call: int = 0
+    die_once: str | None = None
+    die_always: bool = False
+    raise_on: str | None = None
+
+    def __call__(self, spec: LoadSpec) -> FakeExtractor:
+        return FakeExtractor(spec, self)
+
+
+class FakeExtractor:
+    """Finds every '北京' (地点) and every '张三' (人物); validates like ``nlp.pipeline.check_text``."""
+
+    def __init__(self, spec: LoadSpec, factory: FakeFactory) -> None:
+        self.spec, self.factory = spec, factory
+        self.calls = 0
+
+    def check_text(self, text: object, field: str = "text") -> None:
+        if not isinstance(text, str):
+            raise InvalidInput(f"{field} must be a string")
+        if len(text) > self.spec.max_text_chars:
+            raise TextTooLong(f"{field} has {len(text)} characters")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(f"{field} contains a lone surrogate") from None
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+        self.calls += 1
+        f = self.factory
+        if f.kill_on_call and self.calls == f.kill_on_call:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if f.delay:
+            time.sleep(f.delay)
+        if any(BOOM in t for t in texts):
+            if f.die_always:
+                os._exit(3)
+            if f.die_once and not os.path.exists(f.die_once):
+                Path(f.die_once).touch()
+                os._exit(3)
+        if f.raise_on and any(f.raise_on in t for t in texts):
+            raise RuntimeError("a bug")
+        for t in texts:
+            self.check_text(t)
+        return [self._one(t) for t in texts]
+
+    @staticmethod
+    def _one(text: str) -> Extraction:
+        found = []
+        for word, kind in (("北京", "地点"), ("张三", "人物")):
+            start = text.find(word)
+            while start >= 0:
+                found.append(Entity(Span(start, start + len(word), word), kind))
+                start = text.find(word, start + 1)
+        return Extraction(entities=tuple(sorted(found)))
+
+    def close(self) -> None:
+        pass
+
+
+def crash_run() -> None:
+    """``python -c 'from tests.app.test_batch_fakes import crash_run; crash_run()' CONFIG``.
+
+    CONFIG (JSON): ``options`` (BatchOptions fields), ``factory`` (FakeFactory fields), and ``point``:
+    ``["checkpoint", n]`` kills after the n-th checkpoint write's output fsync (before the checkpoint),
+    ``["write", n]`` writes half of the n-th window and dies.
+    """
+    from app.batch import BatchOptions, output, run_batch
+
+    config: dict[str, Any] = json.loads(sys.argv[1])
+    options = BatchOptions(**{**config["options"], "inputs": tuple(config["options"]["inputs"])})
+    kind, n = config.get("point") or (None, 0)
+    calls = {"save": 0, "write": 0}
+    if kind == "checkpoint":
+        real_save = output.Checkpoint.save
+
+        def save(self: Any, path: Path) -> None:
+            calls["save"] += 1
+            if calls["save"] == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real_save(self, path)
+
+        output.Checkpoint.save = save  # type: ignore[method-assign]
+    elif kind == "write":
+        real_write = os.write
+
+        def write(fd: int, data: Any) -> int:
+            calls["write"] += 1
+            if calls["write"] == n:
+                real_write(fd, bytes(data[: len(data) // 2]))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_write(fd, data)
+
+        output.os.write = write  # type: ignore[assignment]
+    run_batch(options, factory=FakeFactory(**config.get("factory", {})))

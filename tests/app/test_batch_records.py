@@ -1,0 +1,126 @@
+"""Input reading and parsing: formats, ids, error records, gzip, BOM, CRLF, overlong lines."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+
+import pytest
+
+from app.batch.records import (
+    Source,
+    count_lines,
+    iter_lines,
+    line_limit,
+    open_binary,
+    parse_line,
+    source_for,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [("a.txt", "txt"), ("a.TXT.gz", "txt"), ("a.jsonl", "jsonl"), ("a.ndjson.gz", "jsonl"), ("-", "txt")],
+)
+def test_records_format_from_suffix(name: str, fmt: str) -> None:
+    assert source_for(name).format == fmt
+
+
+def test_records_unknown_suffix_needs_format() -> None:
+    with pytest.raises(ValueError, match="--format"):
+        source_for("data.csv")
+    assert source_for("data.csv", "jsonl").format == "jsonl"
+
+
+TXT = Source("a.txt", "txt")
+JSONL = Source("a.jsonl", "jsonl")
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (b"\xe5\x8c\x97\xe4\xba\xac\n", "北京"),
+        (b"crlf\r\n", "crlf"),
+        (b"no newline", "no newline"),
+        (b"\n", ""),
+        (b"  spaces kept \n", "  spaces kept "),
+        ("e\u0301 😀\u3000，\n".encode(), "e\u0301 😀\u3000，"),
+    ],
+)
+def test_records_txt_line_is_text_and_id_is_line_number(raw: bytes, text: str) -> None:
+    record = parse_line(TXT, 7, raw)
+    assert (record.id, record.text, record.error) == (7, text, None)
+
+
+def test_records_txt_invalid_utf8_is_error_record() -> None:
+    record = parse_line(TXT, 3, b"ok \xff\n")
+    assert record.id == 3 and record.error is not None and record.error.code == "invalid_input"
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "record_id"),
+    [
+        (b'{"id": "a", "text": "x"}', None, "a"),
+        (b'{"text": "x"}', None, 5),  # no id: the line number
+        (b'{"id": null, "text": "x"}', None, None),
+        (b'{"id": 9, "text": "x", "extra": [1, 2]}', None, 9),
+        (b"not json", "invalid_json", 5),
+        (b"", "invalid_json", 5),
+        (b"[1, 2]", "invalid_json", 5),
+        (b'"text"', "invalid_json", 5),
+        (b'{"id": NaN, "text": "x"}', "invalid_json", 5),
+        (b"[" * 100_000 + b"]" * 100_000, "invalid_json", 5),
+        (b'{"id": "a", "text": "x"', "invalid_json", 5),
+        (b'{"id": "a"}', "invalid_input", "a"),
+        (b'{"id": "a", "text": null}', "invalid_input", "a"),
+        (b'{"id": "a", "text": ["x"]}', "invalid_input", "a"),
+        (b'{"id": "a", "text": 12}', "invalid_input", "a"),
+        (b'\xff{"text": "x"}', "invalid_json", 5),
+    ],
+)
+def test_records_jsonl_parsing(raw: bytes, code: str | None, record_id: object) -> None:
+    record = parse_line(JSONL, 5, raw + b"\n")
+    assert record.id == record_id
+    assert (record.error.code if record.error else None) == code
+    if code is None:
+        assert record.text == "x"
+
+
+def test_records_jsonl_custom_fields_and_prefixed_ids() -> None:
+    record = parse_line(
+        JSONL, 1, b'{"doc": 4, "body": "x"}', text_field="body", id_field="doc", prefix_ids=True
+    )
+    assert (record.id, record.text) == ("a.jsonl:4", "x")
+
+
+def test_records_jsonl_lone_surrogate_text_is_kept_for_the_extractor_to_refuse() -> None:
+    record = parse_line(JSONL, 1, b'{"text": "\\ud800x"}')
+    assert record.text == "\ud800x" and record.error is None
+
+
+def test_records_overlong_line_is_dropped_in_pieces() -> None:
+    data = b"short\n" + b"x" * 5000 + b"\nafter\n"
+    lines = list(iter_lines(io.BytesIO(data), limit=100))
+    assert lines == [b"short\n", None, b"after\n"]
+    record = parse_line(TXT, 2, None)
+    assert record.error is not None and record.error.code == "text_too_long"
+    assert line_limit("txt", 10) == 42
+
+
+def test_records_bom_is_stripped_from_the_first_line_only() -> None:
+    lines = list(iter_lines(io.BytesIO(b"\xef\xbb\xbfa\n\xef\xbb\xbfb\n"), limit=100))
+    assert lines == [b"a\n", b"\xef\xbb\xbfb\n"]
+
+
+def test_records_gzip_is_read_transparently(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt.gz"
+    path.write_bytes(gzip.compress("一\n二\n三".encode()))
+    with open_binary(source_for(str(path))) as stream:
+        assert list(iter_lines(stream, 100)) == ["一\n".encode(), "二\n".encode(), "三".encode()]
+    assert count_lines(source_for(str(path))) == 3
+
+
+def test_records_gzip_stdin_is_detected_by_magic() -> None:
+    stream = open_binary(Source("-", "txt"), io.BytesIO(gzip.compress(b"a\nb\n")))
+    assert list(iter_lines(stream, 100)) == [b"a\n", b"b\n"]
