@@ -1,0 +1,247 @@
+"""``run_batch`` and ``spo extract`` with a fake extractor: order, ids, error records, workers,
+shards, output refusals, stdin/stdout. The real model runs in ``test_batch_model.py``."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from app.batch import BatchOptions, run_batch
+from app.batch.output import OutputError
+from app.batch.workers import WorkerError
+from app.cli import main
+from tests.app.test_batch_fakes import BOOM, FakeFactory
+
+FAKE = FakeFactory()
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def mixed_texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    pieces = ["北京", "张三", "在", "，", "😀", "e\u0301", "\u3000", "abc", "。"]
+    return ["".join(rng.choices(pieces, k=rng.randint(0, 40))) for _ in range(n)]
+
+
+def run(tmp_path: Path, inputs: list[Path], name: str = "out.jsonl", **options: Any) -> Path:
+    out = tmp_path / name
+    factory = options.pop("factory", FAKE)
+    opts = BatchOptions(
+        inputs=tuple(str(p) for p in inputs),
+        output=str(out),
+        model_dir=tmp_path,
+        **{"workers": 0, **options},
+    )
+    run_batch(opts, factory=factory)
+    return out
+
+
+def check_offsets(texts: dict[Any, str], records: list[dict[str, Any]]) -> None:
+    for rec in records:
+        for entity in rec.get("entities", []):
+            assert texts[rec["id"]][entity["start"] : entity["end"]] == entity["text"]
+
+
+def test_batch_txt_order_ids_and_offsets_across_windows(tmp_path: Path) -> None:
+    texts = mixed_texts(500)
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    records = lines(run(tmp_path, [path], window=37, chunk_size=8))
+    assert [r["id"] for r in records] == list(range(1, 501))
+    assert all("error" not in r for r in records)
+    check_offsets(dict(enumerate(texts, 1)), records)
+    assert sum(len(r["entities"]) for r in records) > 100
+
+
+def test_batch_jsonl_mixed_valid_invalid_and_extreme_records(tmp_path: Path) -> None:
+    rows = [
+        '{"id": "ok", "text": "张三在北京"}',
+        "not json",
+        '{"id": "no-text"}',
+        '{"id": "num", "text": 5}',
+        '{"id": "long", "text": "' + "北" * 101 + '"}',
+        '{"id": "surrogate", "text": "\\ud800北京"}',
+        '{"id": "bug", "text": "trips the bug"}',
+        "",
+        '{"id": "empty", "text": ""}',
+        '{"id": "\\udfff", "text": "北京"}',
+        '{"text": "no id: the line number"}',
+        '{"id": "last", "text": "北京\\n张三"}',
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(rows), encoding="utf-8")  # no final newline
+    out = run(tmp_path, [path], max_text_chars=100, window=4, factory=FakeFactory(raise_on="trips"))
+    records = lines(out)
+    assert len(records) == len(rows)
+    codes = [(r["id"], r.get("error", {}).get("code")) for r in records]
+    assert codes == [
+        ("ok", None),
+        (2, "invalid_json"),
+        ("no-text", "invalid_input"),
+        ("num", "invalid_input"),
+        ("long", "text_too_long"),
+        ("surrogate", "invalid_input"),
+        ("bug", "internal_error"),
+        (8, "invalid_json"),
+        ("empty", None),
+        ("\udfff", None),
+        (11, None),
+        ("last", None),
+    ]
+    assert records[-1]["entities"] == [
+        {"text": "北京", "start": 0, "end": 2, "type": "地点"},
+        {"text": "张三", "start": 3, "end": 5, "type": "人物"},
+    ]
+    assert "\\udfff" in out.read_text(encoding="utf-8")  # the output stays valid UTF-8
+
+
+def test_batch_several_inputs_prefix_ids_with_the_input(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.jsonl.gz"
+    a.write_text("北京\n上海\n", encoding="utf-8")
+    b.write_bytes(gzip.compress('{"id": 7, "text": "张三"}\n'.encode()))
+    ids = [r["id"] for r in lines(run(tmp_path, [a, b]))]
+    assert ids == [f"{a}:1", f"{a}:2", f"{b}:7"]
+
+
+def test_batch_workers_0_1_2_give_identical_output(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(mixed_texts(300, seed=1)), encoding="utf-8")
+    outs = [
+        run(tmp_path, [path], name=f"w{w}.jsonl", workers=w, window=50, chunk_size=8).read_bytes()
+        for w in (0, 1, 2)
+    ]
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_batch_recycled_workers_lose_and_reorder_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(mixed_texts(200, seed=2)), encoding="utf-8")
+    ref = run(tmp_path, [path], name="ref.jsonl", window=30, chunk_size=8).read_bytes()
+    opts = BatchOptions(
+        inputs=(str(path),),
+        output=str(tmp_path / "r.jsonl"),
+        model_dir=tmp_path,
+        workers=2,
+        recycle_after=40,
+        window=30,
+        chunk_size=8,
+    )
+    summary = run_batch(opts, factory=FAKE)
+    assert summary.recycled >= 3
+    assert (tmp_path / "r.jsonl").read_bytes() == ref
+
+
+def test_batch_worker_death_retries_its_chunk_once(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    texts = mixed_texts(60, seed=3)
+    texts[30] = "北京" + BOOM
+    path.write_text("\n".join(texts), encoding="utf-8")
+    ref = run(tmp_path, [path], name="ref.jsonl", window=20, chunk_size=8).read_bytes()
+    factory = FakeFactory(die_once=str(tmp_path / "died"))
+    opts = BatchOptions(
+        inputs=(str(path),),
+        output=str(tmp_path / "o.jsonl"),
+        model_dir=tmp_path,
+        workers=1,
+        window=20,
+        chunk_size=8,
+    )
+    summary = run_batch(opts, factory=factory)
+    assert summary.restarted == 1
+    assert (tmp_path / "o.jsonl").read_bytes() == ref
+
+    with pytest.raises(WorkerError, match="died twice"):
+        run_batch(
+            opts.__class__(**{**opts.__dict__, "force": True}), factory=FakeFactory(die_always=True)
+        )
+    # What was written before the crash is a resumable prefix of the reference.
+    assert ref.startswith((tmp_path / "o.jsonl").read_bytes())
+    assert (tmp_path / "o.jsonl.checkpoint.json").exists()
+
+
+def test_batch_shards_partition_the_input(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(mixed_texts(100, seed=4)), encoding="utf-8")
+    full = {r["id"]: r for r in lines(run(tmp_path, [path], name="all.jsonl"))}
+    seen: list[int] = []
+    for k in (1, 2, 3):
+        shard = lines(run(tmp_path, [path], name=f"s{k}.jsonl", shard=(k, 3)))
+        assert [r["id"] for r in shard] == list(range(k, 101, 3))
+        assert all(full[r["id"]] == r for r in shard)
+        seen += [r["id"] for r in shard]
+    assert sorted(seen) == list(range(1, 101))
+
+
+def test_batch_existing_output_is_refused_without_force(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("北京\n", encoding="utf-8")
+    out = run(tmp_path, [path])
+    with pytest.raises(OutputError, match="already exists.*--force"):
+        run(tmp_path, [path])
+    with pytest.raises(OutputError, match="no checkpoint"):
+        run(tmp_path, [path], resume=True)
+    out.write_text("old\n")
+    run(tmp_path, [path], force=True)
+    assert lines(out)[0]["id"] == 1
+
+
+def test_batch_output_cannot_be_an_input(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "x"}\n')
+    with pytest.raises(Exception, match="also an input"):
+        run(tmp_path, [path], name="in.jsonl", force=True)
+    assert path.read_text() == '{"text": "x"}\n'
+
+
+@pytest.fixture
+def fake_cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    import app.batch.command as command
+
+    monkeypatch.setattr(command, "run_batch", functools.partial(run_batch, factory=FAKE))
+    return CliRunner()
+
+
+def test_batch_cli_stdin_to_stdout(fake_cli: CliRunner) -> None:
+    result = fake_cli.invoke(main, ["extract", "-", "--workers", "0"], input="张三在北京\n\n")
+    assert result.exit_code == 0, result.output
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["id"] for r in out] == [1, 2]
+    assert [e["text"] for e in out[0]["entities"]] == ["张三", "北京"]
+    assert "2 records, 0 errors" in result.stderr
+
+
+def test_batch_cli_strict_exits_non_zero_on_error_records(fake_cli: CliRunner) -> None:
+    args = ["extract", "-", "--workers", "0", "--format", "jsonl"]
+    loose = fake_cli.invoke(main, args, input='{"text": "x"}\nbad\n')
+    assert loose.exit_code == 0 and "1 errors" in loose.stderr
+    strict = fake_cli.invoke(main, [*args, "--strict"], input='{"text": "x"}\nbad\n')
+    assert strict.exit_code == 1 and "--strict" in strict.stderr
+    assert len(strict.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shard", "4/3"], "1 <= K <= N"),
+        (["--shard", "x"], "K/N"),
+        (["--resume"], "needs an output file"),
+        (["-", "-"], "only once"),
+    ],
+)
+def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], message: str) -> None:
+    result = fake_cli.invoke(main, ["extract", "-", *args], input="x\n")
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_batch_cli_help_documents_ids() -> None:
+    result = CliRunner().invoke(main, ["extract", "--help"])
+    assert "line number (1-based)" in result.stdout and "--resume" in result.stdout

@@ -1,0 +1,137 @@
+"""Kill -9 at several points of a real ``run_batch`` process, then ``--resume``: the output is
+byte-identical to an uninterrupted run (no duplicate, no gap) and the checkpoint is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.batch import BatchOptions, run_batch
+from app.batch.output import OutputError
+from tests.app.test_batch import mixed_texts
+from tests.app.test_batch_fakes import FakeFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "from tests.app.test_batch_fakes import crash_run; crash_run()"
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> dict[str, Any]:
+    """A 1000-record input with some bad lines, and its uninterrupted output."""
+    texts = mixed_texts(1000, seed=5)
+    rows = [json.dumps({"id": f"r{i}", "text": t}, ensure_ascii=False) for i, t in enumerate(texts)]
+    rows[10] = "{broken"
+    rows[500] = '{"id": "long", "text": "' + "北" * 60 + '"}'
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    options = {
+        "inputs": [str(path)],
+        "output": str(tmp_path / "out.jsonl"),
+        "model_dir": str(tmp_path),
+        "workers": 0,
+        "window": 64,
+        "chunk_size": 16,
+        "max_text_chars": 50,
+    }
+    ref = tmp_path / "ref.jsonl"
+    run_batch(
+        BatchOptions(**{**options, "inputs": (str(path),), "output": str(ref)}),
+        factory=FakeFactory(),
+    )
+    return {"options": options, "ref": ref.read_bytes(), "out": tmp_path / "out.jsonl"}
+
+
+def crash(config: dict[str, Any], *, wait: bool = True) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, json.dumps(config)], cwd=ROOT, stderr=subprocess.PIPE
+    )
+    if wait:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL, err.decode()
+    return proc
+
+
+def resume(job: dict[str, Any], **changes: Any) -> None:
+    opts = {**job["options"], **changes, "resume": True}
+    run_batch(BatchOptions(**{**opts, "inputs": tuple(opts["inputs"])}), factory=FakeFactory())
+
+
+@pytest.mark.parametrize(
+    ("factory", "point"),
+    [
+        ({"kill_on_call": 1}, None),  # before the first window is written
+        ({"kill_on_call": 9}, None),  # in the middle of a window
+        ({"kill_on_call": 50}, None),  # later
+        ({}, ["checkpoint", 4]),  # window 3 written and fsynced, its checkpoint not
+        ({}, ["write", 5]),  # half of window 5 written
+        ({}, ["write", 1]),  # half of the first window
+    ],
+)
+def test_batch_resume_after_kill_is_byte_identical(
+    job: dict[str, Any], factory: dict[str, Any], point: list[Any] | None
+) -> None:
+    crash({"options": job["options"], "factory": factory, "point": point})
+    out: Path = job["out"]
+    partial = out.read_bytes()
+    assert job["ref"].startswith(partial[: partial.rfind(b"\n") + 1])
+    assert out.with_name("out.jsonl.checkpoint.json").exists()
+    with pytest.raises(OutputError, match="--resume"):
+        run_batch(
+            BatchOptions(**{**job["options"], "inputs": tuple(job["options"]["inputs"])}),
+            factory=FakeFactory(),
+        )
+    resume(job)
+    assert out.read_bytes() == job["ref"]
+    assert not out.with_name("out.jsonl.checkpoint.json").exists()
+
+
+def test_batch_resume_after_external_kill_with_workers(job: dict[str, Any]) -> None:
+    options = {**job["options"], "workers": 2}
+    proc = crash({"options": options, "factory": {"delay": 0.02}}, wait=False)
+    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(sidecar.read_text())["done"] >= 128:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert job["out"].stat().st_size < len(job["ref"])
+    resume(job, workers=2)
+    assert job["out"].read_bytes() == job["ref"]
+
+
+def test_batch_resume_refuses_changed_options_or_input(job: dict[str, Any]) -> None:
+    crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    with pytest.raises(OutputError, match="window: 64 -> 32"):
+        resume(job, window=32)
+    with pytest.raises(OutputError, match="text_field"):
+        resume(job, text_field="body")
+    path = Path(job["options"]["inputs"][0])
+    path.write_text(path.read_text(encoding="utf-8").replace("r1", "R1", 1), encoding="utf-8")
+    with pytest.raises(OutputError, match="inputs"):
+        resume(job)
+
+
+def test_batch_resume_refuses_an_edited_output(job: dict[str, Any]) -> None:
+    crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    out: Path = job["out"]
+    out.write_bytes(out.read_bytes()[:100])
+    with pytest.raises(OutputError, match="shorter"):
+        resume(job)
+
+
+def test_batch_resume_with_nothing_written_starts_fresh(job: dict[str, Any]) -> None:
+    resume(job)
+    assert job["out"].read_bytes() == job["ref"]
