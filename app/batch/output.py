@@ -25,13 +25,29 @@ class OutputError(Exception):
     """The output cannot be written or resumed as asked; the message says why and what to do."""
 
 
-def dumps_line(record_id: Any, outcome: dict[str, Any]) -> bytes:
-    """One output line. A lone surrogate in an id falls back to ASCII escapes: still valid JSON."""
-    doc = {"id": record_id, **outcome}
+def _json(value: Any) -> bytes:
+    """Compact UTF-8 JSON; a lone surrogate (only possible in an id) falls back to ASCII escapes."""
     try:
-        return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
-        return (json.dumps(doc, separators=(",", ":")) + "\n").encode("ascii")
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+
+def encode_outcome(doc: dict[str, Any]) -> bytes:
+    """An output line's body: the members of ``doc`` without braces (``"entities":[...],...``).
+
+    Kept as bytes from the worker to the output: a fraction of the memory of the dicts.
+    """
+    return _json(doc)[1:-1]
+
+
+def is_error(outcome: bytes) -> bool:
+    return outcome.startswith(b'"error":')
+
+
+def dumps_line(record_id: Any, outcome: bytes) -> bytes:
+    """One output line: ``{"id":...,<outcome>}`` and a newline."""
+    return b'{"id":' + _json(record_id) + b"," + outcome + b"}\n"
 
 
 @dataclass

@@ -27,7 +27,14 @@ from typing import Any, BinaryIO
 
 from tqdm import tqdm
 
-from app.batch.output import FileOutput, Output, OutputError, StreamOutput, dumps_line
+from app.batch.output import (
+    FileOutput,
+    Output,
+    OutputError,
+    StreamOutput,
+    dumps_line,
+    is_error,
+)
 from app.batch.records import (
     InputError,
     Record,
@@ -287,7 +294,7 @@ def _run(
             data = b"".join(
                 dumps_line(r.id, o) for r, o in zip(window.records, outcomes, strict=True)
             )
-            errors = sum("error" in o for o in outcomes)
+            errors = sum(map(is_error, outcomes))
             output.write_window(data, len(window.records), errors, window.records[-1].id)
             summary.records += len(window.records)
             summary.errors += errors

@@ -1,8 +1,8 @@
 """Where texts meet the model: in this process, or in spawned worker processes.
 
 Both executors take chunks ``(chunk_id, texts)`` lazily and yield ``(chunk_id, outcomes)`` as chunks
-complete (any order; the caller restores input order). An outcome is the output line's body:
-``{"entities", "triples"}`` or ``{"error": {"code", "message"}}``.
+complete (any order; the caller restores input order). An outcome is the output line's body, as
+JSON bytes: ``"entities":[...],"triples":[...]`` or ``"error":{"code":...,"message":...}``.
 
 Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
 own ``Extractor`` with ``intra_op = cores / workers``, and is replaced after ``recycle_after`` texts or
@@ -27,16 +27,17 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from app.batch.output import encode_outcome
 from nlp.errors import ModelLoadError, SpoError
 from nlp.types import Extraction
 
 logger = logging.getLogger(__name__)
 
-Outcome = dict[str, Any]
+Outcome = bytes  # an output line's body, see app.batch.output.encode_outcome
 Chunk = tuple[int, list[str]]
-INTERNAL_ERROR = {
-    "error": {"code": "internal_error", "message": "unexpected error on this text (see the log)"}
-}
+INTERNAL_ERROR = encode_outcome(
+    {"error": {"code": "internal_error", "message": "unexpected error on this text (see the log)"}}
+)
 
 
 class ExtractorLike(Protocol):
@@ -80,7 +81,7 @@ def load_extractor(spec: LoadSpec) -> ExtractorLike:
 
 
 def error_outcome(exc: SpoError) -> Outcome:
-    return {"error": {"code": exc.code, "message": exc.message}}
+    return encode_outcome({"error": {"code": exc.code, "message": exc.message}})
 
 
 def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text") -> list[Outcome]:
@@ -98,7 +99,7 @@ def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text
         try:
             results = extractor.extract_batch([texts[i] for i in valid])
             for i, result in zip(valid, results, strict=True):
-                out[i] = result.to_dict()
+                out[i] = encode_outcome(result.to_dict())
         except Exception:
             logger.exception("batch of %d texts failed; retrying them one at a time", len(valid))
             for i in valid:
@@ -108,7 +109,7 @@ def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text
 
 def _run_one(extractor: ExtractorLike, text: str) -> Outcome:
     try:
-        return extractor.extract_batch([text])[0].to_dict()
+        return encode_outcome(extractor.extract_batch([text])[0].to_dict())
     except SpoError as exc:
         return error_outcome(exc)
     except Exception:
