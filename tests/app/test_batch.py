@@ -185,7 +185,7 @@ def test_batch_existing_output_is_refused_without_force(tmp_path: Path) -> None:
     path = tmp_path / "in.txt"
     path.write_text("北京\n", encoding="utf-8")
     out = run(tmp_path, [path])
-    with pytest.raises(OutputError, match="already exists.*--force"):
+    with pytest.raises(OutputError, match=r"already exists.*--force"):
         run(tmp_path, [path])
     with pytest.raises(OutputError, match="no checkpoint"):
         run(tmp_path, [path], resume=True)

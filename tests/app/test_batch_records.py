@@ -21,7 +21,13 @@ from app.batch.records import (
 
 @pytest.mark.parametrize(
     ("name", "fmt"),
-    [("a.txt", "txt"), ("a.TXT.gz", "txt"), ("a.jsonl", "jsonl"), ("a.ndjson.gz", "jsonl"), ("-", "txt")],
+    [
+        ("a.txt", "txt"),
+        ("a.TXT.gz", "txt"),
+        ("a.jsonl", "jsonl"),
+        ("a.ndjson.gz", "jsonl"),
+        ("-", "txt"),
+    ],
 )
 def test_records_format_from_suffix(name: str, fmt: str) -> None:
     assert source_for(name).format == fmt

@@ -32,7 +32,7 @@ def job(tmp_path: Path) -> dict[str, Any]:
     rows[500] = '{"id": "long", "text": "' + "北" * 60 + '"}'
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    options = {
+    options: dict[str, Any] = {
         "inputs": [str(path)],
         "output": str(tmp_path / "out.jsonl"),
         "model_dir": str(tmp_path),
