@@ -245,3 +245,48 @@ def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], mes
 def test_batch_cli_help_documents_ids() -> None:
     result = CliRunner().invoke(main, ["extract", "--help"])
     assert "line number (1-based)" in result.stdout and "--resume" in result.stdout
+
+
+def test_batch_memory_is_bounded_by_the_window_not_the_input(tmp_path: Path) -> None:
+    import tracemalloc
+
+    peaks = []
+    for n in (2_000, 20_000):
+        path = tmp_path / f"in{n}.txt"
+        path.write_text("".join(f"张三在北京{i}" + "文" * (i % 50) + "\n" for i in range(n)))
+        tracemalloc.start()
+        try:
+            run(tmp_path, [path], name=f"o{n}.jsonl", window=500)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert len((tmp_path / f"o{n}.jsonl").read_text().splitlines()) == n
+    # Ten times the input (about 1.5 MB of output at 20k): the same peak, well under one output.
+    assert peaks[1] < peaks[0] * 1.2
+    assert peaks[1] < (tmp_path / "o20000.jsonl").stat().st_size / 2
+
+
+def test_batch_progress_bar_counts_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("北京\n" * 50)
+    opts = BatchOptions(
+        inputs=(str(path),), output=str(tmp_path / "o.jsonl"), model_dir=tmp_path, workers=0
+    )
+    run_batch(opts, factory=FAKE, progress=True)
+    err = capsys.readouterr().err
+    assert "50/50" in err and "rec/s" in err
+
+
+def test_batch_init_app_registers_the_flask_command(tmp_path: Path) -> None:
+    from flask import Flask
+
+    import app.batch.command as command
+    from app.batch import init_app
+
+    flask_app = Flask(__name__)
+    init_app(flask_app)
+    assert flask_app.cli.get_command(None, "extract") is command.extract  # type: ignore[arg-type]
+    result = flask_app.test_cli_runner().invoke(args=["extract", "--help"])
+    assert result.exit_code == 0 and "--resume" in result.output
