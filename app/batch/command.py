@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -166,8 +167,8 @@ def extract(
         raise click.ClickException(str(exc)) from None
     except SpoError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from None
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader of stdout went away (| head): stop quietly
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
     if not quiet:
         click.echo(summary.line(), err=True)

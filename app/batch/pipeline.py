@@ -217,7 +217,7 @@ def run_batch(
         )
     started = time.perf_counter()
     with ExitStack() as stack:
-        stack.callback(executor.close)
+        stack.push(lambda kind, *_: executor.close(graceful=kind is None))
         executor.start()
         summary.load_seconds = time.perf_counter() - started
         output.open()

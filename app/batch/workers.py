@@ -132,7 +132,7 @@ class InlineExecutor:
         for chunk_id, texts in chunks:
             yield chunk_id, run_chunk(self.extractor, texts, self.spec.text_field)
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
         if self.extractor is not None:
             self.extractor.close()
             self.extractor = None
@@ -184,9 +184,11 @@ class _Worker:
         self.chunk: Chunk | None = None
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Ask the worker to exit after its chunk; kill it after ``timeout`` seconds (0: now)."""
         with contextlib.suppress(OSError):
             self.conn.send(None)
-        self.process.join(timeout)
+        if timeout:
+            self.process.join(timeout)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -313,7 +315,8 @@ class ProcessExecutor:
             return True
         return False
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
+        """Stop every worker: after its chunk, or at once (a run that failed or was interrupted)."""
         for w in self.workers:
-            w.stop()
+            w.stop(30.0 if graceful else 0)
         self.workers = []
