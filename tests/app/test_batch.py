@@ -290,3 +290,16 @@ def test_batch_init_app_registers_the_flask_command(tmp_path: Path) -> None:
     assert flask_app.cli.get_command(None, "extract") is command.extract  # type: ignore[arg-type]
     result = flask_app.test_cli_runner().invoke(args=["extract", "--help"])
     assert result.exit_code == 0 and "--resume" in result.output
+
+
+def test_batch_worker_over_the_rss_limit_is_replaced_between_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(mixed_texts(40, seed=6)), encoding="utf-8")
+    ref = run(tmp_path, [path], name="ref.jsonl", window=20, chunk_size=8).read_bytes()
+    opts = BatchOptions(
+        inputs=(str(path),), output=str(tmp_path / "r.jsonl"), model_dir=tmp_path,
+        workers=1, max_rss_mb=1, window=20, chunk_size=8,
+    )  # fmt: skip
+    summary = run_batch(opts, factory=FAKE)
+    assert summary.recycled == 6  # after each of the 2 x 3 chunks: any process is over 1 MiB
+    assert (tmp_path / "r.jsonl").read_bytes() == ref
