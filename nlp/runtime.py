@@ -12,9 +12,10 @@ This is the only module in ``nlp`` that imports TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,18 @@ def cpu_supports_bf16() -> bool:
         return False
     words = set(flags.split())
     return "avx512_bf16" in words or "amx_bf16" in words
+
+
+@contextlib.contextmanager
+def _quiet_tf_logger() -> Iterator[None]:
+    """Hide TensorFlow's deprecation warnings for the duration (they name APIs we chose on purpose)."""
+    tf_logger = tf.get_logger()
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tf_logger.setLevel(level)
 
 
 def _session_config(
@@ -94,7 +107,9 @@ class SessionRuntime:
         )
         started = time.perf_counter()
         try:
-            with self._graph.as_default():
+            with self._graph.as_default(), _quiet_tf_logger():
+                # The v1 loader is deprecated in favour of tf.saved_model.load, whose eager
+                # per-shape tracing is exactly what this runtime exists to avoid.
                 meta = tf.compat.v1.saved_model.loader.load(
                     self._session, ["serve"], str(self.model_dir)
                 )
