@@ -25,10 +25,15 @@ class OutputError(Exception):
     """The output cannot be written or resumed as asked; the message says why and what to do."""
 
 
+# Line breaks to str.splitlines() (not to JSON): escaped, so that no reader splits a record in two.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _json(value: Any) -> bytes:
     """Compact UTF-8 JSON; a lone surrogate (only possible in an id) falls back to ASCII escapes."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.translate(_LINE_BREAKS).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 

@@ -303,3 +303,14 @@ def test_batch_worker_over_the_rss_limit_is_replaced_between_chunks(tmp_path: Pa
     summary = run_batch(opts, factory=FAKE)
     assert summary.recycled == 6  # after each of the 2 x 3 chunks: any process is over 1 MiB
     assert (tmp_path / "r.jsonl").read_bytes() == ref
+
+
+def test_batch_unicode_line_breaks_inside_texts_stay_in_one_line(tmp_path: Path) -> None:
+    texts = ["北京\u2028张三", "a\x85北京", "\u2029", "\x0b\x0c\x1c北京"]
+    path = tmp_path / "in.txt"
+    path.write_bytes("\n".join(texts).encode())  # .txt records end at \n only
+    out = run(tmp_path, [path])
+    records = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in records] == [1, 2, 3, 4]
+    check_offsets(dict(enumerate(texts, 1)), records)
+    assert [len(r["entities"]) for r in records] == [2, 1, 0, 1]
