@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import click
 from flask import Flask
 
-from app import api, errors
+from app import api, batch, errors
 from app import logging as app_logging
 from app.model import ExtractorLike, ModelSlot, load_extractor
 from app.settings import Settings
@@ -43,9 +44,13 @@ def create_app(
     app_logging.init_app(app)
     errors.init_app(app)
     app.register_blueprint(api.bp)
+    batch.init_app(app)
 
     load = loader or load_extractor
-    if settings.load_mode == "background":
+    # Created by a command line (`flask --app app extract`, `flask run`): the batch command loads the
+    # model in its own workers, so the app's copy loads in the background rather than blocking it.
+    in_cli = click.get_current_context(silent=True) is not None
+    if settings.load_mode == "background" or in_cli:
         slot.load_in_background(settings, load)
     else:
         slot.load(settings, load)
