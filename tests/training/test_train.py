@@ -1,0 +1,84 @@
+import json
+from pathlib import Path
+
+import pytest
+
+import nlp  # noqa: F401
+from nlp.tokenization import Tokenizer
+from training.corpus import PREDICATES, CorpusGenerator
+from training.train import DEFAULT_VOCAB, encode_record, make_batch
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_file(DEFAULT_VOCAB)
+
+
+def test_train_labels_align_to_server_token_offsets(tokenizer: Tokenizer) -> None:
+    rec = {
+        "text": "Tom·李，1985年生于湖南长沙，毕业于北京大学。",
+        "triples": [["Tom·李", "出生地", "湖南长沙"], ["Tom·李", "毕业院校", "北京大学"]],
+    }
+    ex = encode_record(rec, tokenizer, PREDICATES, 64)
+    enc = tokenizer.encode(rec["text"])
+    assert ex.token_ids == [tokenizer.cls_id, *enc.token_ids, tokenizer.sep_id]
+
+    def text_of(span: tuple[int, int]) -> str:
+        return rec["text"][enc.offsets[span[0] - 1][0] : enc.offsets[span[1] - 1][1]]
+
+    assert {text_of(s) for s in ex.entity[0]} == {"Tom·李"}
+    assert {text_of(s) for s in ex.entity[1]} == {"湖南长沙", "北京大学"}
+    p = PREDICATES.index("出生地")
+    ((sh, oh),) = ex.head[p]
+    ((st, ot),) = ex.tail[p]
+    assert text_of((sh, st)) == "Tom·李" and text_of((oh, ot)) == "湖南长沙"
+
+
+def test_train_truncation_drops_triples_past_max_length(tokenizer: Tokenizer) -> None:
+    rec = {"text": "一" * 40 + "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
+    ex = encode_record(rec, tokenizer, PREDICATES, 32)
+    assert len(ex.token_ids) == 32
+    assert not ex.entity[0] and not any(ex.head)
+
+
+def test_train_batches_have_fixed_label_shapes(tokenizer: Tokenizer) -> None:
+    recs = list(CorpusGenerator(seed=4).records(8))
+    exs = [encode_record(r.__dict__, tokenizer, PREDICATES, 128) for r in recs]
+    (tokens, segments), (entity, head, tail) = make_batch(exs, 128)
+    assert tokens.shape == segments.shape == (8, 128)
+    assert entity.shape[:2] == (8, 2) and entity.shape[-1] == 2
+    assert head.shape[:2] == tail.shape[:2] == (8, len(PREDICATES))
+
+
+@pytest.mark.slow
+def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
+    from nlp.manifest import load_manifest
+    from training.corpus import write_corpus
+    from training.evaluate import evaluate, read_records
+    from training.model import TINY_BERT_CONFIG
+    from training.train import TrainConfig, train
+
+    data = tmp_path / "train.jsonl"
+    write_corpus(data, 40, seed=3)
+    out = train(
+        TrainConfig(
+            train_path=data,
+            out_dir=tmp_path / "model",
+            epochs=1,
+            batch_size=8,
+            max_length=64,
+            head_size=16,
+            bert_config=dict(TINY_BERT_CONFIG),
+        )
+    )
+    manifest = load_manifest(out)
+    assert manifest.task == "triples" and len(manifest.predicates) == len(PREDICATES)
+    assert json.loads((out / "training.json").read_text())["steps"] >= 1
+    # Six steps leave the model near random: at threshold 0 it would score every span pair, which
+    # decodes slowly. A huge threshold still runs the whole serving path, predicting nothing.
+    doc = json.loads((out / "model.json").read_text(encoding="utf-8"))
+    doc["threshold"] = 1e9
+    (out / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    scores, errors = evaluate(out, data)
+    assert scores.records == 40 and scores.predicted == 0 and scores.gold > 0
+    assert len(errors) == sum(1 for r in read_records(data) if r["triples"])
