@@ -40,8 +40,9 @@ test-fast: venv  ## the suite without slow and live tests
 serve: venv  ## start the service on models/demo (gunicorn; SPO_* variables configure it)
 	$(BIN)/spo serve
 
-bench: venv  ## run the benchmarks (minutes to hours; writes bench/results/)
-	$(BIN)/python -m bench
+bench: venv  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
+	bash bench/setup.sh
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:  ## remove caches (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis

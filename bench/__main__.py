@@ -1,0 +1,98 @@
+"""``python -m bench [all|model|padding|memory|batch|threads|http|report] [options]``.
+
+With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
+per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+
+from bench.runtimes import RUNTIMES
+
+STEPS = ("model", "padding", "memory", "batch", "threads", "http", "report")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("step", nargs="?", default="all", choices=("all", *STEPS))
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=20_000,
+        help="requests per runtime (memory) and for the HTTP soak (default 20000)",
+    )
+    parser.add_argument(
+        "--runtimes",
+        default=",".join(RUNTIMES),
+        help=f"memory run: comma-separated subset of {','.join(RUNTIMES)}",
+    )
+    parser.add_argument("--rss-every", type=int, default=500, help="RSS sample interval (requests)")
+    parser.add_argument("--intra", type=int, default=2, help="intra-op threads (memory, batch)")
+    parser.add_argument("--inter", type=int, default=1, help="inter-op threads (memory, batch)")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=3 * 3600,
+        help="time bound per memory runtime and for the HTTP soak",
+    )
+    parser.add_argument("--batch-seconds", type=float, default=5.0, help="seconds per batch size")
+    parser.add_argument("--batch-texts", type=int, default=256, help="texts for end-to-end batches")
+    parser.add_argument("--thread-requests", type=int, default=150, help="requests per worker")
+    parser.add_argument("--concurrency", type=int, default=4, help="HTTP soak connections")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
+    args = parser.parse_args(argv)  # fmt: skip
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    steps = STEPS if args.step == "all" else (args.step,)
+    log = logging.getLogger("bench")
+    for step in steps:
+        started = time.perf_counter()
+        log.info("step %s", step)
+        if step == "model":
+            from bench.model import build_model
+
+            log.info("model dirs: %s", build_model(force=args.rebuild))
+        elif step == "padding":
+            from bench import padding
+
+            padding.run()
+        elif step == "memory":
+            from bench import memory
+
+            runtimes = tuple(r for r in args.runtimes.split(",") if r)
+            unknown = set(runtimes) - set(RUNTIMES)
+            if unknown:
+                parser.error(f"unknown runtimes: {', '.join(sorted(unknown))}")
+            memory.run(args.requests, runtimes=runtimes, intra=args.intra, inter=args.inter,
+                       rss_every=args.rss_every, max_seconds=args.max_seconds)  # fmt: skip
+            if args.step == "memory":
+                from bench import padding
+
+                padding.run()  # its warm-up estimate scales the measured spo warm-up
+        elif step == "batch":
+            from bench import batch
+
+            batch.run(intra=args.intra, inter=args.inter, seconds=args.batch_seconds,
+                      texts=args.batch_texts)  # fmt: skip
+        elif step == "threads":
+            from bench import threads
+
+            threads.run(args.thread_requests)
+        elif step == "http":
+            from bench import http
+
+            http.run(args.requests, concurrency=args.concurrency,
+                     max_seconds=int(args.max_seconds))  # fmt: skip
+        elif step == "report":
+            from bench import report
+
+            report.run()
+        log.info("step %s done in %.0fs", step, time.perf_counter() - started)
+
+
+if __name__ == "__main__":
+    main()

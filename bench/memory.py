@@ -1,0 +1,59 @@
+"""Memory and latency: every runtime in its own process on the same request stream and threads."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bench.common import write_result
+from bench.runner import run_worker
+from bench.runtimes import RUNTIMES
+
+logger = logging.getLogger(__name__)
+
+
+def run(
+    requests: int,
+    *,
+    runtimes: tuple[str, ...] = RUNTIMES,
+    intra: int = 2,
+    inter: int = 1,
+    rss_every: int = 500,
+    max_seconds: float = 3600.0,
+) -> dict[str, Any]:
+    results = []
+    for name in runtimes:
+        result = run_worker(
+            "memory",
+            "--runtime", name,
+            "--requests", str(requests),
+            "--rss-every", str(rss_every),
+            "--max-seconds", str(max_seconds),
+            "--intra", str(intra),
+            "--inter", str(inter),
+            jemalloc=name == "spo-jemalloc",
+        )  # fmt: skip
+        logger.info(
+            "%s: %d requests, RSS %.0f -> %.0f MiB, %.1f texts/s, p99 %.0f ms",
+            name,
+            result["requests"],
+            result["rss_after_load_mib"],
+            result["rss_end_mib"],
+            result["texts_per_s"],
+            result["latency_ms"]["p99"],
+        )
+        results.append(result)
+        write_result("memory", _doc(requests, intra, inter, rss_every, results))
+    return _doc(requests, intra, inter, rss_every, results)
+
+
+def _doc(
+    requests: int, intra: int, inter: int, rss_every: int, results: list[Any]
+) -> dict[str, Any]:
+    return {
+        "requests": requests,
+        "intra_op_threads": intra,
+        "inter_op_threads": inter,
+        "rss_every": rss_every,
+        "runtimes": results,
+    }

@@ -1,0 +1,209 @@
+"""Charts (PNG) and the Markdown tables of ``BENCHMARKS.md``, from ``bench/results/*.json``.
+
+The tables go between ``<!-- bench:tables -->`` and ``<!-- /bench:tables -->`` in ``BENCHMARKS.md``,
+so the prose around them stays hand-written and the figures are always the last run's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bench.common import PROJECT_ROOT, RESULTS_DIR, cpu_info, read_result
+
+logger = logging.getLogger(__name__)
+
+BEGIN, END = "<!-- bench:tables -->", "<!-- /bench:tables -->"
+BENCHMARKS_MD = PROJECT_ROOT / "BENCHMARKS.md"
+
+
+def charts() -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    memory = read_result("memory")
+    if memory:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in memory["runtimes"]:
+            xs, ys = zip(*r["rss_samples"], strict=True)
+            ax.plot(xs, ys, marker=".", label=r["runtime"])
+        ax.set_xlabel("requests")
+        ax.set_ylabel("RSS (MiB)")
+        ax.set_title(f"RSS vs requests (RBT6 GPLinker, {memory['requests']} single-text requests)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS_DIR / "rss.png", dpi=110)
+        plt.close(fig)
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in memory["runtimes"]:
+            qs = r["latency_cdf_ms"]
+            ax.plot(qs, [i / (len(qs) - 1) for i in range(len(qs))], label=r["runtime"])
+        ax.set_xscale("log")
+        ax.set_xlabel("latency per request (ms, log scale)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title("Latency CDF, single-text requests")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS_DIR / "latency_cdf.png", dpi=110)
+        plt.close(fig)
+        made += ["rss.png", "latency_cdf.png"]
+    http = read_result("http")
+    if http:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, (_pid, series) in enumerate(sorted(http["rss_per_worker"].items())):
+            xs, ys = zip(*series, strict=True)
+            ax.plot(xs, ys, label=f"worker {i + 1}")
+        ax.set_xlabel("seconds into the soak")
+        ax.set_ylabel("RSS (MiB)")
+        ax.set_title(
+            f"HTTP soak: per-worker RSS ({http['requests']} requests, c={http['concurrency']})"
+        )
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(RESULTS_DIR / "http_rss.png", dpi=110)
+        plt.close(fig)
+        made.append("http_rss.png")
+    return made
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def tables() -> str:
+    out: list[str] = []
+    cpu = cpu_info()
+    out += [
+        f"Machine: {cpu['model']}, {cpu['cpus']} CPUs, {cpu['memory_gib']} GiB; "
+        f"SIMD flags: {' '.join(cpu['flags_simd'])}.",
+        "",
+    ]
+    memory = read_result("memory")
+    if memory:
+        out += [
+            f"### Memory and latency ({memory['requests']:,} single-text requests asked per runtime, "
+            f"intra-op {memory['intra_op_threads']}, inter-op {memory['inter_op_threads']}; {memory['when']})",
+            "",
+            "| runtime | requests | RSS after load | RSS end | growth after warm-up (from request) "
+            "| slope 2nd half | p50 | p95 | p99 | texts/s | cold start (load + warm) | shapes seen "
+            "| first-seen shape: mean latency |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in memory["runtimes"]:
+            lat = r["latency_ms"]
+            slope = r["slope_bytes_per_request"]
+            out.append(
+                f"| {r['runtime']} | {r['requests']:,} | {r['rss_after_load_mib']:,.0f} MiB "
+                f"| {r['rss_end_mib']:,.0f} MiB | {r['growth_after_warm_mib']:+,.1f} MiB "
+                f"({r['growth_after_warm_pct']:+.2f}%, from {r['warm_point']:,}) "
+                f"| {_fmt(slope, 0)} B/req | {lat['p50']:.0f} ms | {lat['p95']:.0f} ms "
+                f"| {lat['p99']:.0f} ms | {r['texts_per_s']:.2f} "
+                f"| {r['cold_start_s']:.1f} s ({r['load_s']:.1f} + {r['warm_s']:.1f}) "
+                f"| {r['shapes_seen']} (warmed {r['shapes_warmed']}) "
+                f"| {_fmt(r['new_shape_latency_ms'])} ms vs {_fmt(r['seen_shape_latency_ms'])} ms |"
+            )
+        out.append("")
+    batch = read_result("batch")
+    if batch:
+        peaks = batch["peak_gflops"]
+        out += [
+            f"### Batch throughput (length 128, model only; {batch['when']})",
+            "",
+            "Measured 2048x2048 matmul peak in a Session with the same threads: "
+            + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items())
+            + f". FLOPs per token at length 128: {batch['runs']['fp32']['flops_per_token'] / 1e6:.1f} M.",
+            "",
+            "| precision | batch | ms/run | texts/s | tokens/s | GFLOP/s | % of peak | end-to-end texts/s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for precision, run in batch["runs"].items():
+            e2e = {e["batch"]: e for e in run["end_to_end"]}
+            for m in run["model"]:
+                out.append(
+                    f"| {precision} | {m['batch']} | {m['ms_per_run']:.1f} | {m['texts_per_s']:.1f} "
+                    f"| {m['tokens_per_s']:,.0f} | {m['gflops']:.0f} | {_fmt(m['pct_of_peak'])}% "
+                    f"| {e2e[m['batch']]['texts_per_s']:.1f} ({e2e[m['batch']]['texts']} texts) |"
+                )
+        agree = batch.get("bf16_agreement")
+        if agree:
+            out += [
+                "",
+                f"bf16 vs fp32 on {agree['texts']} workload texts (RBT6, random weights): "
+                f"{agree['identical_texts']} texts with identical triples, triple F1 vs fp32 "
+                f"{agree['f1_vs_fp32']} ({agree['triples_fp32']} fp32 / {agree['triples_bf16']} bf16 triples).",
+            ]
+        out.append("")
+    padding = read_result("padding")
+    if padding:
+        out += [
+            f"### Padding waste ({padding['texts']:,} workload texts, {padding['windows']:,} windows; "
+            f"tokens p50 {padding['tokens_p50']}, p95 {padding['tokens_p95']}, max {padding['tokens_max']})",
+            "",
+            "| length buckets | padded / real tokens | FLOP waste | warm-up shapes | warm-up TFLOP "
+            "| warm-up s (estimated) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for s in padding["sets"]:
+            out.append(
+                f"| {s['name']}: {', '.join(map(str, s['length_buckets']))} "
+                f"| {100 * s['padding_waste']:.1f}% | {100 * s['flop_waste']:.1f}% | {s['warm_shapes']} "
+                f"| {s['warm_tflop']:.2f} | {_fmt(s.get('warm_s_estimated'))} |"
+            )
+        out.append("")
+    threads = read_result("threads")
+    if threads:
+        out += [
+            f"### Thread settings ({threads['requests_per_worker']} single-text requests per worker, "
+            "workers started together)",
+            "",
+            "| workers | intra-op | inter-op | texts/s (all workers) | p50 | p99 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in threads["configs"]:
+            out.append(
+                f"| {c['workers']} | {c['intra_op_threads']} | {c['inter_op_threads']} "
+                f"| {c['texts_per_s']:.2f} | {c['p50_ms']:.0f} ms | {c['p99_ms']:.0f} ms |"
+            )
+        out.append("")
+    http = read_result("http")
+    if http:
+        lat = http["latency_ms"]
+        rss = "; ".join(
+            f"worker {i + 1}: {a:,.0f} -> {b:,.0f} MiB ({d:+,.0f})"
+            for i, (a, b, d) in enumerate(http["rss_first_last_mib"].values())
+        )
+        out += [
+            f"### HTTP soak ({http['requests']:,} requests, concurrency {http['concurrency']}, "
+            f"{http['workers']} gunicorn workers, jemalloc {'on' if http['jemalloc'] else 'off'}; {http['when']})",
+            "",
+            f"{http['requests_per_s']:.2f} requests/s over {http['seconds']:,.0f} s, "
+            f"{http['errors']} errors; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, "
+            f"p99 {lat['p99']:.0f} ms, max {lat['max']:.0f} ms; startup (both workers warmed) "
+            f"{http['startup_s']:.0f} s. RSS: {rss}.",
+            "",
+        ]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def run() -> list[str]:
+    made = charts()
+    text = tables()
+    (RESULTS_DIR / "tables.md").write_text(text, encoding="utf-8")
+    if BENCHMARKS_MD.is_file():
+        doc = BENCHMARKS_MD.read_text(encoding="utf-8")
+        if BEGIN in doc and END in doc:
+            head, rest = doc.split(BEGIN, 1)
+            _, tail = rest.split(END, 1)
+            BENCHMARKS_MD.write_text(f"{head}{BEGIN}\n{text}{END}{tail}", encoding="utf-8")
+    logger.info("report: %s, tables.md", ", ".join(made))
+    return made

@@ -1,0 +1,103 @@
+"""The runtimes compared, each behind the same ``run(token_ids, segment_ids) -> [entity, head, tail]``.
+
+Every runtime sits under the same ``nlp.pipeline.Extractor`` (same tokenization, windowing and
+decoding), so only the model call differs:
+
+- ``tf2-call``: ``tf.saved_model.load`` of the TF2 export, the object called directly with
+  ``tf.constant`` inputs at each text's exact length (the common TF2 serving code);
+- ``tf2-signature``: the same object through its ``serving_default`` signature;
+- ``tf2-function``: a ``tf.function`` with an ``input_signature`` of ``None`` dims around the call;
+- ``spo`` / ``spo-jemalloc``: ``Extractor.load`` of the graph export (Session, bucketed shapes, warmed),
+  the latter in a process started with jemalloc in ``LD_PRELOAD``.
+
+TensorFlow is imported inside the functions: a process picks one runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc")
+NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
+
+
+class NaiveRuntime:
+    """A TF2 eager runtime fed exact-length inputs; records the shapes it saw."""
+
+    def __init__(self, model_dir: str, kind: str) -> None:
+        import tensorflow as tf
+
+        self.kind = kind
+        self.shapes_fed: set[tuple[int, int]] = set()
+        self.new_shape = False
+        started = time.perf_counter()
+        self.model = tf.saved_model.load(model_dir)
+        signature = self.model.signatures["serving_default"]
+        specs = signature.structured_input_signature[1]
+        self.input_keys = sorted(specs)
+        token_key = next((k for k in self.input_keys if "token" in k.lower()), self.input_keys[0])
+        self.input_keys = [token_key, *(k for k in self.input_keys if k != token_key)]
+        self.dtype = specs[token_key].dtype
+        self.signature = signature
+        if kind == "tf2-function":
+            spec = tf.TensorSpec([None, None], self.dtype)
+            model = self.model
+
+            @tf.function(input_signature=[spec, spec])  # type: ignore[untyped-decorator]
+            def call(token_ids: Any, segment_ids: Any) -> Any:
+                return model([token_ids, segment_ids])
+
+            self.function = call
+        self.load_seconds = time.perf_counter() - started
+        self.warm_seconds = 0.0
+        self._tf = tf
+
+    def run(self, token_ids: np.ndarray, segment_ids: np.ndarray) -> list[np.ndarray]:
+        shape = (int(token_ids.shape[0]), int(token_ids.shape[1]))
+        self.new_shape = self.new_shape or shape not in self.shapes_fed
+        self.shapes_fed.add(shape)
+        tf = self._tf
+        tokens = tf.constant(token_ids, dtype=self.dtype)
+        segments = tf.constant(segment_ids, dtype=self.dtype)
+        if self.kind == "tf2-call":
+            out = self.model([tokens, segments])
+        elif self.kind == "tf2-function":
+            out = self.function(tokens, segments)
+        else:
+            result = self.signature(**dict(zip(self.input_keys, (tokens, segments), strict=True)))
+            out = [result[k] for k in sorted(result)]
+        return [o.numpy() for o in out]
+
+    def close(self) -> None:
+        pass
+
+
+def load_extractor(
+    kind: str, dirs: dict[str, str], intra: int, inter: int, precision: str = "fp32"
+) -> Any:
+    """An ``Extractor`` over runtime ``kind``; ``.runtime`` has ``load_seconds``/``warm_seconds``."""
+    if kind in ("spo", "spo-jemalloc"):
+        from nlp.pipeline import Extractor
+
+        return Extractor.load(
+            dirs["graph"], intra_op_threads=intra, inter_op_threads=inter, precision=precision
+        )
+    import tensorflow as tf
+
+    from nlp.bucketing import BucketSpec
+    from nlp.manifest import load_manifest
+    from nlp.pipeline import Extractor
+    from nlp.tokenization import Tokenizer
+
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    manifest = load_manifest(dirs["tf2"])
+    tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
+    # One "bucket" per length and batches of one: every input runs at its exact shape, as naive
+    # TF2 serving code does.
+    exact = BucketSpec(tuple(range(3, manifest.max_length + 1)), (1,), None)
+    runtime = NaiveRuntime(str(dirs["tf2"]), kind)
+    return Extractor(manifest, tokenizer, runtime, buckets=exact)  # type: ignore[arg-type]

@@ -1,0 +1,274 @@
+"""One benchmark process: ``python -m bench.worker {memory,batch,threads} ...``, JSON out.
+
+The parent (``bench.memory``, ``bench.batch``, ``bench.threads``) starts each run in a fresh process, so
+no runtime inherits another's heap, graph or kernel caches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
+from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_half
+from bench.model import flops_per_token, model_dirs, vocab_size
+from bench.runtimes import NAIVE, load_extractor
+from bench.workload import request_texts, texts
+
+BATCHES = (1, 8, 32)
+BATCH_LENGTH = 128
+
+
+def _rss() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def _dirs() -> dict[str, str]:
+    return {k: str(v) for k, v in model_dirs().items()}
+
+
+def memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Single-text requests through one runtime; RSS every ``rss_every`` requests."""
+    rss_start = _rss()
+    started = time.perf_counter()
+    ex = load_extractor(args.runtime, _dirs(), args.intra, args.inter)
+    cold = time.perf_counter() - started
+    stream = request_texts(args.requests)
+    naive = args.runtime in NAIVE
+    samples: list[tuple[int, int]] = [(0, _rss())]
+    latencies: list[float] = []
+    new_shape: list[bool] = []
+    deadline = time.perf_counter() + args.max_seconds
+    loop_started = time.perf_counter()
+    done = 0
+    for i, text in enumerate(stream, 1):
+        if naive:
+            ex.runtime.new_shape = False
+        t = time.perf_counter()
+        ex.extract(text)
+        latencies.append(time.perf_counter() - t)
+        new_shape.append(bool(getattr(ex.runtime, "new_shape", False)))
+        done = i
+        if i % args.rss_every == 0 or i == len(stream):
+            samples.append((i, _rss()))
+        if time.perf_counter() > deadline:
+            if samples[-1][0] != i:
+                samples.append((i, _rss()))
+            break
+    elapsed = time.perf_counter() - loop_started
+    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    np.save(RAW_DIR / f"latency-{args.runtime}.npy", np.asarray(latencies))
+    reqs = [s[0] for s in samples]
+    rss = [s[1] for s in samples]
+    warm_point = min(2000, done // 4)
+    at_warm = next(r for n, r in samples if n >= warm_point)
+    lat = np.asarray(latencies)
+    flags = np.asarray(new_shape, dtype=bool)
+    shapes_fed = sorted(ex.runtime.shapes_fed)
+    return {
+        "runtime": args.runtime,
+        "requests_asked": args.requests,
+        "requests": done,
+        "stopped_by_time": done < args.requests,
+        "intra_op_threads": args.intra,
+        "inter_op_threads": args.inter,
+        "rss_before_load_mib": round(rss_start / MIB, 1),
+        "rss_samples": [[n, round(r / MIB, 2)] for n, r in samples],
+        "rss_after_load_mib": round(rss[0] / MIB, 1),
+        "rss_end_mib": round(rss[-1] / MIB, 1),
+        "growth_from_load_mib": round((rss[-1] - rss[0]) / MIB, 1),
+        "warm_point": warm_point,
+        "growth_after_warm_mib": round((rss[-1] - at_warm) / MIB, 2),
+        "growth_after_warm_pct": round(100.0 * (rss[-1] - at_warm) / at_warm, 3),
+        "slope_bytes_per_request": slope_second_half(reqs, rss),
+        "latency_ms": percentiles_ms(latencies),
+        "latency_cdf_ms": cdf_points(latencies),
+        "texts_per_s": round(done / elapsed, 3),
+        "cold_start_s": round(cold, 2),
+        "load_s": round(ex.runtime.load_seconds, 2),
+        "warm_s": round(ex.runtime.warm_seconds, 2),
+        "shapes_seen": len(shapes_fed),
+        "shapes_warmed": len(getattr(ex.runtime, "shapes", ())),
+        "new_shape_requests": int(flags.sum()),
+        "new_shape_latency_ms": round(float(lat[flags].mean()) * 1000, 1) if flags.any() else None,
+        "seen_shape_latency_ms": round(float(lat[~flags].mean()) * 1000, 1)
+        if (~flags).any()
+        else None,
+    }
+
+
+def _peak(dtype: str, intra: int, inter: int, n: int = 2048, repeats: int = 8) -> float:
+    """Dense n x n matmul GFLOP/s in a compat.v1 Session with the given threads (best of repeats)."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        rng = np.random.default_rng(0)
+        a = tf.constant(rng.standard_normal((n, n), dtype=np.float32))
+        b = tf.constant(rng.standard_normal((n, n), dtype=np.float32))
+        if dtype == "bf16":
+            a, b = tf.cast(a, tf.bfloat16), tf.cast(b, tf.bfloat16)
+            a, b = tf.Variable(a), tf.Variable(b)
+        else:
+            a, b = tf.Variable(a), tf.Variable(b)
+        # A reduction keeps the fetch small, so the timing is the matmul, not the copy out.
+        product = tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32))
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=intra, inter_op_parallelism_threads=inter
+    )
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        session.run(init)
+        session.run(product)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            session.run(product)
+            times.append(time.perf_counter() - t)
+    return 2.0 * n**3 / min(times) / 1e9
+
+
+def batch(args: argparse.Namespace) -> dict[str, Any]:
+    """Model-only throughput at batch 1/8/32 x length 128, then end-to-end ``extract_batch``."""
+    from nlp.manifest import load_manifest
+    from nlp.pipeline import Extractor
+    from nlp.runtime import SessionRuntime
+
+    out: dict[str, Any] = {
+        "precision": args.precision,
+        "intra_op_threads": args.intra,
+        "inter_op_threads": args.inter,
+        "length": BATCH_LENGTH,
+    }
+    if args.peaks:
+        out["peak_gflops"] = {"fp32": round(_peak("fp32", args.intra, args.inter), 1)}
+        from nlp.runtime import cpu_supports_bf16
+
+        if cpu_supports_bf16():
+            out["peak_gflops"]["bf16"] = round(_peak("bf16", args.intra, args.inter), 1)
+    dirs = _dirs()
+    manifest = load_manifest(dirs["graph"])
+    started = time.perf_counter()
+    runtime = SessionRuntime(
+        dirs["graph"],
+        shapes=[(b, BATCH_LENGTH) for b in BATCHES],
+        input_names=manifest.input_names,
+        output_names=manifest.output_names,
+        n_outputs=3,
+        vocab_size=vocab_size(),
+        intra_op_threads=args.intra,
+        inter_op_threads=args.inter,
+        precision=args.precision,
+    )
+    out["load_warm_s"] = round(time.perf_counter() - started, 2)
+    fpt = flops_per_token(BATCH_LENGTH)
+    out["flops_per_token"] = fpt
+    rng = np.random.default_rng(1)
+    model_rows = []
+    for b in BATCHES:
+        ids = rng.integers(672, 21000, size=(b, BATCH_LENGTH)).astype(np.int32)
+        seg = np.zeros_like(ids)
+        runs, t0 = 0, time.perf_counter()
+        while runs < 3 or (time.perf_counter() - t0 < args.seconds and runs < 200):
+            runtime.run(ids, seg)
+            runs += 1
+        per_run = (time.perf_counter() - t0) / runs
+        tokens_s = b * BATCH_LENGTH / per_run
+        model_rows.append(
+            {
+                "batch": b,
+                "runs": runs,
+                "ms_per_run": round(per_run * 1000, 1),
+                "texts_per_s": round(b / per_run, 2),
+                "tokens_per_s": round(tokens_s, 1),
+                "gflops": round(tokens_s * fpt / 1e9, 1),
+            }
+        )
+    runtime.close()
+    out["model"] = model_rows
+    # End to end: real texts through tokenize -> bucket -> run -> decode, `batch` texts a call.
+    ex = Extractor.load(
+        dirs["graph"],
+        intra_op_threads=args.intra,
+        inter_op_threads=args.inter,
+        precision=args.precision,
+    )
+    sample = list(texts())[: args.texts]
+    e2e = []
+    results: list[Any] = []
+    for b in BATCHES:
+        t0 = time.perf_counter()
+        got = []
+        for i in range(0, len(sample), b):
+            got.extend(ex.extract_batch(sample[i : i + b]))
+        dt = time.perf_counter() - t0
+        e2e.append({"batch": b, "texts": len(sample), "texts_per_s": round(len(sample) / dt, 2)})
+        if b == BATCHES[-1]:
+            results = got
+    ex.close()
+    out["end_to_end"] = e2e
+    RAW_DIR.mkdir(parents=True, exist_ok=True)
+    triples = [
+        sorted(
+            [
+                t.subject.span.start,
+                t.subject.span.end,
+                t.predicate,
+                t.object.span.start,
+                t.object.span.end,
+            ]
+            for t in r.triples
+        )
+        for r in results
+    ]
+    (RAW_DIR / f"triples-{args.precision}.json").write_text(json.dumps(triples, ensure_ascii=False))
+    return out
+
+
+def threads(args: argparse.Namespace) -> dict[str, Any]:
+    """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
+    ex = load_extractor("spo", _dirs(), args.intra, args.inter)
+    stream = request_texts(args.requests * (args.offset + 1))[args.offset * args.requests :]
+    ex.extract(stream[0])
+    print("READY", flush=True)
+    sys.stdin.readline()
+    latencies = []
+    t0 = time.perf_counter()
+    for text in stream:
+        t = time.perf_counter()
+        ex.extract(text)
+        latencies.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - t0
+    return {"requests": len(stream), "seconds": elapsed, "latency_ms": percentiles_ms(latencies)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker")
+    parser.add_argument("mode", choices=("memory", "batch", "threads"))
+    parser.add_argument("--runtime", default="spo")
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--rss-every", type=int, default=500)
+    parser.add_argument("--max-seconds", type=float, default=3600.0)
+    parser.add_argument("--intra", type=int, default=2)
+    parser.add_argument("--inter", type=int, default=1)
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--peaks", action="store_true")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--texts", type=int, default=256)
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    result = {"memory": memory, "batch": batch, "threads": threads}[args.mode](args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
