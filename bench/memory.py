@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.common import write_result
+from bench.common import read_result, write_result
 from bench.runner import run_worker
 from bench.runtimes import RUNTIMES
 
@@ -21,7 +21,10 @@ def run(
     rss_every: int = 500,
     max_seconds: float = 3600.0,
 ) -> dict[str, Any]:
-    results = []
+    # Rows of runtimes not run now are kept from the last run (each row carries its own counts).
+    previous = read_result("memory") or {}
+    kept = [r for r in previous.get("runtimes", []) if r["runtime"] not in runtimes]
+    results: list[Any] = []
     for name in runtimes:
         result = run_worker(
             "memory",
@@ -43,13 +46,14 @@ def run(
             result["latency_ms"]["p99"],
         )
         results.append(result)
-        write_result("memory", _doc(requests, intra, inter, rss_every, results))
-    return _doc(requests, intra, inter, rss_every, results)
+        write_result("memory", _doc(requests, intra, inter, rss_every, kept + results))
+    return _doc(requests, intra, inter, rss_every, kept + results)
 
 
 def _doc(
     requests: int, intra: int, inter: int, rss_every: int, results: list[Any]
 ) -> dict[str, Any]:
+    results = sorted(results, key=lambda r: RUNTIMES.index(r["runtime"]))
     return {
         "requests": requests,
         "intra_op_threads": intra,

@@ -32,7 +32,7 @@ def charts() -> list[str]:
             ax.plot(xs, ys, marker=".", label=r["runtime"])
         ax.set_xlabel("requests")
         ax.set_ylabel("RSS (MiB)")
-        ax.set_title(f"RSS vs requests (RBT6 GPLinker, {memory['requests']} single-text requests)")
+        ax.set_title("RSS vs requests (RBT6 GPLinker, single-text requests)")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
@@ -91,7 +91,7 @@ def tables() -> str:
     memory = read_result("memory")
     if memory:
         out += [
-            f"### Memory and latency ({memory['requests']:,} single-text requests asked per runtime, "
+            "### Memory and latency (single-text requests; the count per runtime is in the table; "
             f"intra-op {memory['intra_op_threads']}, inter-op {memory['inter_op_threads']}; {memory['when']})",
             "",
             "| runtime | requests | RSS after load | RSS end | growth after warm-up (from request) "
