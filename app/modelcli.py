@@ -46,12 +46,22 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Train exactly this many steps (overrides --epochs; reproducible on any machine).",
+)
+@click.option(
+    "--dropout", type=click.FloatRange(0.0, 0.9), default=None, help="Encoder dropout (0.1)."
+)
 @click.option(
     "--max-minutes",
     type=float,
     default=22.0,
     show_default=True,
-    help="Stop training after this long (the export still runs).",
+    help="Safety net: stop training after this long (the export still runs).",
 )
 @click.option("--seed", type=int, default=1, show_default=True)
 def train_command(
@@ -60,6 +70,9 @@ def train_command(
     epochs: int,
     batch_size: int,
     lr: float,
+    warmup: int,
+    max_steps: int | None,
+    dropout: float | None,
     max_minutes: float,
     seed: int,
 ) -> None:
@@ -74,6 +87,9 @@ def train_command(
             epochs=epochs,
             batch_size=batch_size,
             learning_rate=lr,
+            warmup_steps=warmup,
+            max_steps=max_steps,
+            dropout=dropout,
             max_minutes=max_minutes,
             seed=seed,
         )

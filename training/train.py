@@ -4,9 +4,12 @@ The recipe is the bert4keras GPLinker example: one entity GlobalPointer (subject
 predicate GlobalPointers (head-head, tail-tail), trained with the sparse multilabel categorical
 crossentropy on all three outputs. Labels are aligned to the token offsets of ``nlp.tokenization``,
 the same tokenizer the server uses. Inputs come in a few fixed lengths so the graph is traced a few
-times only; training stops after ``epochs`` or ``max_minutes``, whichever comes first.
+times only. With ``max_steps`` the run is exactly that many steps (the learning-rate schedule spans
+them and epochs repeat as needed), so a rerun with the same seed does the same work on any machine;
+without it, training runs ``epochs``. ``max_minutes`` is only a safety net (``stopped_early`` in
+``training.json`` says it fired).
 
-    python -m training.train data/train.jsonl --out models/demo --epochs 3 --seed 1
+    python -m training.train data/train.jsonl --out models/demo --max-steps 3000 --seed 1
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ class TrainConfig:
     batch_size: int = 32
     learning_rate: float = 5e-4
     warmup_steps: int = 200
+    max_steps: int | None = None
     max_minutes: float = 25.0
+    dropout: float | None = None
     max_length: int = 128
     head_size: int = 64
     seed: int = 1
@@ -203,6 +208,9 @@ def train(config: TrainConfig) -> Path:
     predicates = [p["predicate"] for p in schema]
     tokenizer = Tokenizer.from_file(config.vocab_path)
     bert_config = {**config.bert_config, "vocab_size": tokenizer.vocab_size}
+    if config.dropout is not None:
+        bert_config["hidden_dropout_prob"] = config.dropout
+        bert_config["attention_probs_dropout_prob"] = config.dropout
     bert_config["max_position_embeddings"] = max(
         bert_config.get("max_position_embeddings", 0), config.max_length
     )
@@ -219,7 +227,8 @@ def train(config: TrainConfig) -> Path:
     model = build()
     rng = random.Random(config.seed)
     steps_per_epoch = len(plan_epoch(examples, config.batch_size, random.Random(0), lengths))
-    total = max(steps_per_epoch * config.epochs, config.warmup_steps + 1)
+    planned = config.max_steps if config.max_steps else steps_per_epoch * config.epochs
+    total = max(planned, config.warmup_steps + 1)
     optimizer = keras.optimizers.Adam(
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
@@ -229,7 +238,8 @@ def train(config: TrainConfig) -> Path:
     deadline = started + config.max_minutes * 60
     step = 0
     stopped = False
-    for epoch in range(config.epochs):
+    epoch = 0
+    while step < planned:
         running = 0.0
         for length, idx in plan_epoch(examples, config.batch_size, rng, lengths):
             x, y = make_batch([examples[i] for i in idx], length)
@@ -246,12 +256,15 @@ def train(config: TrainConfig) -> Path:
                     time.monotonic() - started,
                 )
                 running = 0.0
+            if step >= planned:
+                break
             if time.monotonic() > deadline:
                 logger.warning("max_minutes reached after %d steps; stopping", step)
                 stopped = True
                 break
         if stopped:
             break
+        epoch += 1
     minutes = (time.monotonic() - started) / 60
     logger.info("trained %d steps in %.1f min", step, minutes)
 
@@ -269,20 +282,28 @@ def train(config: TrainConfig) -> Path:
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,
     )
+    # The export replaces the directory; a hand-written README.md there survives retraining.
+    readme = config.out_dir / "README.md"
+    readme_text = readme.read_bytes() if readme.is_file() else None
     out = export_model_dir(
         build, model.get_weights(), config.out_dir, doc, mode="graph", force=True
     )
+    if readme_text is not None:
+        (out / "README.md").write_bytes(readme_text)
     (out / "training.json").write_text(
         json.dumps(
             {
                 "train_path": str(config.train_path),
                 "records": len(records),
                 "epochs": config.epochs,
+                "max_steps": config.max_steps,
                 "steps": step,
+                "steps_per_epoch": steps_per_epoch,
                 "stopped_early": stopped,
                 "minutes": round(minutes, 1),
                 "batch_size": config.batch_size,
                 "learning_rate": config.learning_rate,
+                "warmup_steps": config.warmup_steps,
                 "seed": config.seed,
                 "head_size": config.head_size,
                 "bert_config": bert_config,
@@ -305,7 +326,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--max-minutes", type=float, default=22.0)
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="exact run length (overrides --epochs)"
+    )
+    parser.add_argument("--warmup", type=int, default=200, help="learning-rate warm-up steps")
+    parser.add_argument("--dropout", type=float, default=None, help="encoder dropout (default 0.1)")
+    parser.add_argument("--max-minutes", type=float, default=22.0, help="safety net only")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -316,7 +342,10 @@ def main(argv: list[str] | None = None) -> None:
             epochs=args.epochs,
             batch_size=args.batch_size,
             learning_rate=args.lr,
+            warmup_steps=args.warmup,
+            max_steps=args.max_steps,
             max_minutes=args.max_minutes,
+            dropout=args.dropout,
             seed=args.seed,
         )
     )

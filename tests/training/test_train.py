@@ -82,3 +82,34 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
     scores, errors = evaluate(out, data)
     assert scores.records == 40 and scores.predicted == 0 and scores.gold > 0
     assert len(errors) == sum(1 for r in read_records(data) if r["triples"])
+
+
+@pytest.mark.slow
+def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
+    from training.corpus import write_corpus
+    from training.model import TINY_BERT_CONFIG
+    from training.train import TrainConfig, train
+
+    data = tmp_path / "train.jsonl"
+    write_corpus(data, 24, seed=5)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "README.md").write_text("notes", encoding="utf-8")
+    out = train(
+        TrainConfig(
+            train_path=data,
+            out_dir=tmp_path / "model",
+            epochs=1,
+            max_steps=7,
+            warmup_steps=2,
+            dropout=0.0,
+            batch_size=8,
+            max_length=64,
+            head_size=16,
+            bert_config=dict(TINY_BERT_CONFIG),
+        )
+    )
+    record = json.loads((out / "training.json").read_text())
+    assert record["steps"] == 7 and record["max_steps"] == 7 and not record["stopped_early"]
+    assert record["steps_per_epoch"] < 7  # the run went past one epoch
+    assert record["bert_config"]["hidden_dropout_prob"] == 0.0
+    assert (out / "README.md").read_text(encoding="utf-8") == "notes"  # kept across retraining
