@@ -17,10 +17,10 @@ from bench.workload import texts
 logger = logging.getLogger(__name__)
 
 BUCKET_SETS: dict[str, tuple[int, ...]] = {
-    "default (16..256, x2)": (16, 32, 64, 128, 256),
+    "previous default (16..256, x2)": (16, 32, 64, 128, 256),
     "pre-project (32..256, x2)": (32, 64, 128, 256),
     "powers of two from 8": (8, 16, 32, 64, 128, 256),
-    "x1.5 steps": (16, 24, 32, 48, 64, 96, 128, 192, 256),
+    "default (x1.5 steps)": (16, 24, 32, 48, 64, 96, 128, 192, 256),
     "multiples of 32": tuple(range(32, MAX_LENGTH + 1, 32)),
     "multiples of 16": tuple(range(16, MAX_LENGTH + 1, 16)),
 }
