@@ -180,7 +180,9 @@ def run_batch(
     try:
         sources = [source_for(name, options.input_format) for name in options.inputs]
         prints = [fingerprint(s) for s in sources]
-    except (ValueError, OSError) as exc:
+    except OSError as exc:
+        raise InputError(f"cannot read input {exc.filename or ''}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
         raise InputError(str(exc)) from exc
     run_print = _run_fingerprint(options, sources, prints)
     output: Output
