@@ -13,6 +13,7 @@ from flask import Flask
 
 from app import api, batch, errors
 from app import logging as app_logging
+from app.microbatch import MicroBatcher
 from app.model import ExtractorLike, ModelSlot, load_extractor
 from app.settings import Settings
 
@@ -27,7 +28,9 @@ def create_app(
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
     The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
-    ``background`` starts a thread. ``loader`` replaces ``app.model.load_extractor`` (tests).
+    ``background`` starts a thread. ``loader`` replaces ``app.model.load_extractor`` (tests). With
+    ``SPO_MICROBATCH_WAIT_MS`` above 0, ``app.extensions["spo.microbatch"]`` holds the worker's
+    ``MicroBatcher`` (``app.microbatch``).
     """
     if settings is None:
         settings = Settings.from_env()
@@ -40,6 +43,12 @@ def create_app(
     app.extensions["spo.settings"] = settings
     slot = ModelSlot()
     app.extensions["spo"] = slot
+    if settings.microbatch_wait_ms > 0:
+        app.extensions["spo.microbatch"] = MicroBatcher(
+            slot.extract_batch,
+            wait_s=settings.microbatch_wait_ms / 1000,
+            max_texts=settings.microbatch_max_texts,
+        )
 
     app_logging.init_app(app)
     errors.init_app(app)

@@ -16,7 +16,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.errors import ApiError
-from app.model import ModelSlot
+from app.microbatch import BatcherClosed, MicroBatcher
+from app.model import ModelNotReady, ModelSlot
 from app.openapi import build_spec
 from app.settings import Settings
 from nlp.types import Extraction
@@ -169,13 +170,31 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
     ], "texts"
 
 
+def batcher() -> MicroBatcher | None:
+    """The worker's micro-batcher; ``None`` when micro-batching is off (the default)."""
+    value: MicroBatcher | None = current_app.extensions.get("spo.microbatch")
+    return value
+
+
 def _extract(texts: Sequence[str], field: str) -> list[Extraction]:
     model = slot()
     extractor = model.extractor
     if extractor is None:
         raise _not_ready()
-    with model.lock:
-        return extractor.extract_batch(texts, field=field)
+    combiner = batcher()
+    if combiner is None:
+        with model.lock:
+            return extractor.extract_batch(texts, field=field)
+    try:
+        return combiner.submit(texts, field)
+    except ModelNotReady:
+        raise _not_ready() from None
+    except BatcherClosed:
+        raise ApiError(
+            "model_not_ready",
+            "This worker is shutting down; retry.",
+            headers={"Retry-After": RETRY_AFTER_S},
+        ) from None
 
 
 # -- endpoints -----------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ gunicorn (``preload_app = False``) is in each worker after the fork, before it a
   (with ``Retry-After``), for orchestrators that gate traffic on ``/readyz`` instead.
 
 The Extractor is not thread-safe; gthread workers serve several requests at once, so model calls take
-``lock`` while health checks and request validation do not.
+``lock`` while health checks and request validation do not. With micro-batching on (``app.microbatch``)
+one batcher thread per worker makes the model calls, through ``extract_batch`` and the same lock.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from app.settings import Settings
 from nlp.types import Extraction
 
 logger = logging.getLogger(__name__)
+
+
+class ModelNotReady(RuntimeError):
+    """No extractor to run: ``state`` is ``loading`` or ``failed``."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(f"the model is {state}")
+        self.state = state
 
 
 class ExtractorLike(Protocol):
@@ -106,6 +115,14 @@ class ModelSlot:
         thread = threading.Thread(target=run, name="spo-model-load", daemon=True)
         thread.start()
         return thread
+
+    def extract_batch(self, texts: Sequence[str], field: str = "texts") -> list[Extraction]:
+        """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
+        extractor = self._extractor
+        if extractor is None:
+            raise ModelNotReady(self.state)
+        with self.lock:
+            return extractor.extract_batch(texts, field=field)
 
     def close(self) -> None:
         extractor, self._extractor = self._extractor, None

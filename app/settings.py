@@ -77,6 +77,8 @@ class Settings:
     max_requests: int = 10_000
     max_requests_jitter: int = 1_000
     max_worker_rss_mb: int = 4096
+    microbatch_wait_ms: int = 0
+    microbatch_max_texts: int = 32
     jemalloc: bool = True
     log_format: str = "text"
     log_level: str = "INFO"
@@ -149,6 +151,13 @@ class Settings:
         if self.max_requests and self.max_requests_jitter >= self.max_requests:
             bad("max_requests_jitter", "must be below SPO_MAX_REQUESTS")
         in_range("max_worker_rss_mb", 0, 10**7)
+        in_range("microbatch_wait_ms", 0, 1000)
+        in_range("microbatch_max_texts", 1, 10_000)
+        if self.microbatch_wait_ms > 0 and self.threads < 2:
+            bad(
+                "microbatch_wait_ms",
+                f"needs SPO_THREADS >= 2 (got {self.threads}): one request at a time never combines",
+            )
         one_of("log_format", LOG_FORMATS)
         one_of("log_level", LOG_LEVELS)
         return out
@@ -256,6 +265,11 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
         _int,
         "retire a worker once its RSS passes this many MiB (0: no watchdog)",
     ),
+    "microbatch_wait_ms": (
+        _int,
+        "micro-batching: combine requests arriving within this many ms into one model call (0: off)",
+    ),
+    "microbatch_max_texts": (_int, "micro-batching: most texts in one combined model call"),
     "jemalloc": (_bool, "LD_PRELOAD jemalloc when libjemalloc2 is installed"),
     "log_format": (_lower, "text or json"),
     "log_level": (_upper, "DEBUG, INFO, WARNING or ERROR"),

@@ -6,6 +6,8 @@ Started by ``spo serve`` (which validates the settings first, sets ``LD_PRELOAD`
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.model``). ``timeout`` covers that.
 - gthread workers: requests overlap (health checks, validation) while model calls are serialized.
+- ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
+  (``app.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
   retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged.
 """
@@ -91,4 +93,9 @@ def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
+    # In the worker, after gthread has waited (up to graceful_timeout) for its connections: the
+    # micro-batcher, when on, serves what is still pending, logs its counters and stops.
+    batcher = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.microbatch")
+    if batcher is not None:
+        batcher.close(timeout=settings.graceful_timeout)
     server.log.info("worker %s exiting after %s requests", worker.pid, getattr(worker, "nr", "?"))

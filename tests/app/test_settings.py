@@ -36,6 +36,7 @@ def test_settings_defaults(model_dir: Path) -> None:
     assert settings.auth_tokens == () and not settings.auth_enabled
     assert settings.load_mode == "boot" and settings.precision == "fp32"
     assert settings.jemalloc and settings.log_format == "text"
+    assert (settings.microbatch_wait_ms, settings.microbatch_max_texts) == (0, 32)  # off
     assert DEFAULT_MODEL_DIR.parts[-2:] == ("models", "demo")
 
 
@@ -59,6 +60,8 @@ def test_settings_parse_every_variable(model_dir: Path) -> None:
             max_requests="0",
             max_requests_jitter="0",
             max_worker_rss_mb="0",
+            microbatch_wait_ms="5",
+            microbatch_max_texts="16",
             jemalloc="off",
             log_format="JSON",
             log_level="debug",
@@ -71,6 +74,7 @@ def test_settings_parse_every_variable(model_dir: Path) -> None:
     assert (settings.bind, settings.workers, settings.threads) == ("0.0.0.0:9000", 3, 2)
     assert settings.intra_op_threads is None and settings.inter_op_threads == 2
     assert (settings.max_requests, settings.max_worker_rss_mb) == (0, 0)
+    assert (settings.microbatch_wait_ms, settings.microbatch_max_texts) == (5, 16)
     assert not settings.jemalloc and not settings.use_jemalloc and not settings.access_log
     assert (settings.log_format, settings.log_level) == ("json", "DEBUG")
 
@@ -149,3 +153,20 @@ def test_settings_explicit_intra_op_threads(model_dir: Path) -> None:
 
 def test_settings_every_field_has_a_variable() -> None:
     assert all(help_text for _, help_text in FIELDS.values())
+
+
+def test_settings_microbatch_ranges_and_threads(model_dir: Path) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(
+            env(model_dir, microbatch_wait_ms="1001", microbatch_max_texts="0", threads="4")
+        )
+    assert {p.split(":", 1)[0] for p in info.value.problems} == {
+        "SPO_MICROBATCH_WAIT_MS",
+        "SPO_MICROBATCH_MAX_TEXTS",
+    }
+    with pytest.raises(SettingsError, match=r"SPO_MICROBATCH_WAIT_MS: needs SPO_THREADS >= 2"):
+        Settings(model_dir=model_dir, threads=1, microbatch_wait_ms=5)
+    with pytest.raises(SettingsError, match="SPO_MICROBATCH_WAIT_MS"):
+        Settings.from_env(env(model_dir, microbatch_wait_ms="-1"))
+    # Off, one thread is fine: nothing to combine, nothing waits.
+    assert Settings(model_dir=model_dir, threads=1).microbatch_wait_ms == 0

@@ -1,0 +1,261 @@
+"""Opt-in request micro-batching per worker: requests that arrive together run as one model call.
+
+A gthread worker serves ``SPO_THREADS`` requests at once, but its model runs one call at a time
+(``ModelSlot.lock``). With ``SPO_MICROBATCH_WAIT_MS`` above 0, a request thread hands its texts, already
+validated, to the worker's ``MicroBatcher`` and waits. One batcher thread takes the oldest pending request,
+waits until ``wait_s`` after that request arrived (or until ``max_texts`` texts are pending), and runs the
+texts of every pending request as one ``extract_batch`` call, which sorts and buckets them; each request
+gets its own slice of the results, in order. Requests that queued while the model was busy find their
+window already over: the wait only delays a request that finds the model idle.
+
+- A request is never split: one with more than ``max_texts`` texts runs alone.
+- If a combined call raises, each of its requests is rerun alone, so only the faulty one gets an error.
+- ``close()`` (gunicorn's ``worker_exit``) refuses new requests with ``BatcherClosed``, serves those
+  already pending and stops the thread. Whatever ends the thread, a request still pending then gets
+  ``BatcherClosed``: none waits forever.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nlp.types import Extraction
+
+logger = logging.getLogger(__name__)
+
+RunBatch = Callable[[Sequence[str], str], list[Extraction]]
+
+
+class BatcherClosed(RuntimeError):
+    """The worker's batcher is stopping or stopped: the request was not run; retry it elsewhere."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    texts: Sequence[str]
+    field: str
+    arrived: float
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    results: list[Extraction] | None = None
+    error: BaseException | None = None
+
+    def finish(
+        self, results: list[Extraction] | None = None, error: BaseException | None = None
+    ) -> None:
+        if not self.done.is_set():
+            self.results, self.error = results, error
+            self.done.set()
+
+
+@dataclass
+class BatchStats:
+    """Counters since start: ``requests`` in ``batches`` model calls; ``isolated``: combined calls that
+    raised and were rerun request by request."""
+
+    batches: int = 0
+    requests: int = 0
+    texts: int = 0
+    largest: int = 0
+    isolated: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        mean = self.requests / self.batches if self.batches else 0.0
+        return {
+            "batches": self.batches,
+            "requests": self.requests,
+            "texts": self.texts,
+            "mean_requests_per_batch": round(mean, 3),
+            "largest_batch_requests": self.largest,
+            "isolated_batches": self.isolated,
+        }
+
+
+class MicroBatcher:
+    """Combines concurrent ``submit`` calls into ``run(texts, field)`` calls (see the module doc).
+
+    ``run`` is the locked model call (``ModelSlot.extract_batch``). The thread starts on the first
+    ``submit``, so a batcher created before a fork starts in the process that uses it.
+    """
+
+    def __init__(
+        self,
+        run: RunBatch,
+        *,
+        wait_s: float,
+        max_texts: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if wait_s <= 0 or max_texts < 1:
+            raise ValueError("wait_s must be positive and max_texts at least 1")
+        self._run = run
+        self.wait_s = wait_s
+        self.max_texts = max_texts
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_texts = 0
+        self._running: list[_Pending] = []
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.stats = BatchStats()
+
+    # -- request threads -------------------------------------------------------------------------
+    def submit(self, texts: Sequence[str], field: str = "texts") -> list[Extraction]:
+        """The results for ``texts`` (one per text, in order), run together with concurrent requests.
+
+        Raises what the model call raised for these texts, or ``BatcherClosed``.
+        """
+        pending = _Pending(list(texts), field, self._clock())
+        with self._cond:
+            if self._closed:
+                raise BatcherClosed("This worker is shutting down.")
+            self._queue.append(pending)
+            self._queued_texts += len(pending.texts)
+            self._start()
+            self._cond.notify_all()
+        # The thread answers every request it takes, even when it dies (and a new one takes the
+        # queue over); the liveness check is a second guard, so no request thread waits for ever.
+        while not pending.done.wait(0.5):
+            with self._cond:
+                if self._thread is None or not self._thread.is_alive():
+                    pending.finish(error=BatcherClosed("The worker's batcher stopped."))
+        if pending.error is not None:
+            raise pending.error
+        assert pending.results is not None
+        return pending.results
+
+    def close(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Refuse new requests, serve the pending ones (for at most ``timeout`` seconds), stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        with self._cond:
+            self._fail_pending("This worker is shutting down.")
+        stats = self.stats.to_dict()
+        if self.stats.batches:
+            logger.info(
+                "micro-batching: %d requests (%d texts) in %d model calls, %.2f requests per call "
+                "(largest %d), %d combined calls rerun one by one",
+                stats["requests"],
+                stats["texts"],
+                stats["batches"],
+                stats["mean_requests_per_batch"],
+                stats["largest_batch_requests"],
+                stats["isolated_batches"],
+            )
+        return stats
+
+    # -- the batcher thread ----------------------------------------------------------------------
+    def _start(self) -> None:
+        """Start the thread unless it runs (call with ``_cond`` held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="spo-microbatch", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while self._serve(self._take()):
+                pass
+        except BaseException:
+            # Not re-raised: nobody would catch it; the requests it held are answered below.
+            logger.exception("micro-batcher thread stopped by an unexpected error")
+        finally:
+            with self._cond:
+                for pending in self._running:
+                    pending.finish(error=BatcherClosed("The worker's batcher stopped."))
+                self._running = []
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                if self._closed:
+                    self._fail_pending("This worker is shutting down.")
+                elif self._queue:
+                    self._start()  # requests queued meanwhile go to a new thread
+
+    def _fail_pending(self, detail: str) -> None:
+        """Answer every request not yet answered (call with ``_cond`` held)."""
+        for pending in [*self._running, *self._queue]:
+            pending.finish(error=BatcherClosed(detail))
+        self._queue.clear()
+        self._queued_texts = 0
+
+    def _take(self) -> list[_Pending]:
+        """The next batch: whole requests, oldest first, at most ``max_texts`` texts unless the first
+        alone has more. Empty once closed and drained."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            self._running = []
+            if not self._queue:
+                return []
+            deadline = self._queue[0].arrived + self.wait_s
+            while not self._closed and self._queued_texts < self.max_texts:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            batch = [self._queue.popleft()]
+            size = len(batch[0].texts)
+            while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
+                batch.append(self._queue.popleft())
+                size += len(batch[-1].texts)
+            self._queued_texts -= size
+            self._running = batch
+            return batch
+
+    def _serve(self, batch: list[_Pending]) -> bool:
+        """Run ``batch`` and answer each of its requests; False when there was none (stop)."""
+        if not batch:
+            return False
+        texts = [t for p in batch for t in p.texts]
+        started = self._clock()
+        stats = self.stats
+        stats.batches += 1
+        stats.requests += len(batch)
+        stats.texts += len(texts)
+        stats.largest = max(stats.largest, len(batch))
+        if len(batch) == 1:
+            self._serve_alone(batch[0])
+        else:
+            try:
+                results = self._run(texts, "texts")
+                if len(results) != len(texts):
+                    raise RuntimeError(f"{len(results)} results for {len(texts)} texts")
+            except Exception as exc:
+                stats.isolated += 1
+                logger.warning(
+                    "a combined call of %d requests raised %s; rerunning each alone",
+                    len(batch),
+                    type(exc).__name__,
+                )
+                for pending in batch:
+                    self._serve_alone(pending)
+            else:
+                start = 0
+                for pending in batch:
+                    stop = start + len(pending.texts)
+                    pending.finish(results=results[start:stop])
+                    start = stop
+        logger.debug(
+            "micro-batch: %d requests, %d texts, waited %.1f ms, ran %.1f ms",
+            len(batch),
+            len(texts),
+            1000 * (started - batch[0].arrived),
+            1000 * (self._clock() - started),
+        )
+        return True
+
+    def _serve_alone(self, pending: _Pending) -> None:
+        try:
+            pending.finish(results=self._run(pending.texts, pending.field))
+        except Exception as exc:
+            pending.finish(error=exc)
