@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|threads|http|report] [options]``.
+"""``python -m bench [all|model|padding|memory|batch|threads|http|microbatch|report] [options]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -13,7 +13,7 @@ import time
 
 from bench.runtimes import RUNTIMES
 
-STEPS = ("model", "padding", "memory", "batch", "threads", "http", "report")
+STEPS = ("model", "padding", "memory", "batch", "threads", "http", "microbatch", "report")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,6 +43,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-texts", type=int, default=256, help="texts for end-to-end batches")
     parser.add_argument("--thread-requests", type=int, default=150, help="requests per worker")
     parser.add_argument("--concurrency", type=int, default=4, help="HTTP soak connections")
+    parser.add_argument(
+        "--seconds",
+        type=int,
+        default=150,
+        help="microbatch: measured seconds per configuration (--requests also bounds it)",
+    )
+    parser.add_argument(
+        "--microbatch-waits",
+        default="0,5",
+        help="microbatch: comma-separated SPO_MICROBATCH_WAIT_MS values (0 = off, the baseline)",
+    )
+    parser.add_argument(
+        "--microbatch-workers", type=int, default=2, help="microbatch: gunicorn workers"
+    )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
     args = parser.parse_args(argv)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -87,6 +101,15 @@ def main(argv: list[str] | None = None) -> None:
 
             http.run(args.requests, concurrency=args.concurrency,
                      max_seconds=int(args.max_seconds))  # fmt: skip
+        elif step == "microbatch":
+            from bench import microbatch
+
+            try:
+                waits = tuple(int(w) for w in args.microbatch_waits.split(",") if w.strip())
+            except ValueError:
+                parser.error(f"--microbatch-waits: integers, got {args.microbatch_waits!r}")
+            microbatch.run(args.seconds, args.requests, waits_ms=waits,
+                           workers=args.microbatch_workers)  # fmt: skip
         elif step == "report":
             from bench import report
 

@@ -8,6 +8,7 @@ curve is the process's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,24 +103,23 @@ def _sample(master: psutil.Process, every: float, stop: threading.Event, out: li
         stop.wait(every)
 
 
-def run(
-    requests: int = 20_000,
-    *,
-    concurrency: int = 4,
-    workers: int = 2,
-    max_seconds: int = 3600,
-    sample_every: float = 2.0,
-) -> dict[str, Any]:
+def require_wrk() -> str:
     wrk = shutil.which("wrk")
     if wrk is None:
         raise SystemExit("wrk is not installed: run `bash bench/setup.sh`")
-    work = CACHE_DIR / "http"
+    return wrk
+
+
+def write_wrk_script(work: Path, requests: int, wrk_threads: int) -> tuple[Path, Path]:
+    """The wrk script (and its request bodies) under ``work``, and the folder its threads sign off in.
+
+    Each wrk thread stops after ``ceil(requests / wrk_threads)`` responses.
+    """
     work.mkdir(parents=True, exist_ok=True)
     bodies = work / "bodies.jsonl"
     bodies.write_text(
         "".join(json.dumps({"text": t}) + "\n" for t in request_texts(4000)), encoding="ascii"
     )
-    wrk_threads = min(2, concurrency)
     done_dir = work / "done"
     shutil.rmtree(done_dir, ignore_errors=True)
     done_dir.mkdir()
@@ -130,6 +131,18 @@ def run(
         .replace("DONE_DIR", str(done_dir)),
         encoding="utf-8",
     )
+    return script, done_dir
+
+
+@contextlib.contextmanager
+def spo_server(
+    workers: int, log_path: Path, env_extra: dict[str, str] | None = None, *, timeout: float = 900
+) -> Iterator[tuple[psutil.Process, int, float]]:
+    """``spo serve`` on the RBT6 model and a free port, recycling and the RSS watchdog off.
+
+    Yields (master process, port, time when every worker was ready); stops the server (SIGTERM, so
+    workers exit gracefully and log) on the way out.
+    """
     port = _free_port()
     env = dict(os.environ)
     env.update({
@@ -141,43 +154,87 @@ def run(
         "SPO_ACCESS_LOG": "0",
         "SPO_LOG_LEVEL": "INFO",
         "SPO_TIMEOUT": "600",
+        **(env_extra or {}),
     })  # fmt: skip
     spo = str(Path(sys.executable).with_name("spo"))
-    log_path = work / "gunicorn.log"
-    started = time.perf_counter()
     with log_path.open("w") as log:
         server = subprocess.Popen([spo, "serve"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=log)
     try:
-        ready_s = _wait_ready(server, log_path, workers, timeout=900)
-        master = psutil.Process(server.pid)
-        jemalloc = any("jemalloc" in m.path for c in master.children() for m in c.memory_maps())
-        samples: list[Any] = []
-        stop = threading.Event()
-        sampler = threading.Thread(target=_sample, args=(master, sample_every, stop, samples))
-        sampler.start()
-        cmd = [wrk, f"-t{wrk_threads}", f"-c{concurrency}", f"-d{max_seconds}s", "--timeout", "60s",
-               "-s", str(script), f"http://127.0.0.1:{port}"]  # fmt: skip
-        logger.info("soak: %s", " ".join(cmd))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while proc.poll() is None and len(list(done_dir.iterdir())) < wrk_threads:
-            time.sleep(0.5)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate()
-        if proc.returncode != 0 or "WRKJSON" not in stdout:
-            raise RuntimeError(f"wrk failed ({proc.returncode}): {stdout}{stderr}")
-        stop.set()
-        sampler.join()
+        ready_s = _wait_ready(server, log_path, workers, timeout=timeout)
+        yield psutil.Process(server.pid), port, ready_s
     finally:
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(60)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def run_wrk(
+    port: int,
+    script: Path,
+    done_dir: Path,
+    *,
+    wrk_threads: int,
+    concurrency: int,
+    max_seconds: int,
+) -> tuple[dict[str, Any], str]:
+    """Drive ``/v1/extract`` until every wrk thread had its responses or ``max_seconds`` passed.
+
+    Returns wrk's summary (the script's ``WRKJSON`` line) and wrk's whole output.
+    """
+    wrk = require_wrk()
+    for f in done_dir.iterdir():
+        f.unlink()
+    cmd = [wrk, f"-t{wrk_threads}", f"-c{concurrency}", f"-d{max_seconds}s", "--timeout", "60s",
+           "-s", str(script), f"http://127.0.0.1:{port}"]  # fmt: skip
+    logger.info("wrk: %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and len(list(done_dir.iterdir())) < wrk_threads:
+        time.sleep(0.5)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0 or "WRKJSON" not in stdout:
+        raise RuntimeError(f"wrk failed ({proc.returncode}): {stdout}{stderr}")
     line = next(x for x in stdout.splitlines() if x.startswith("WRKJSON "))
-    stats = json.loads(line[len("WRKJSON ") :])
-    errors = sum(stats[k] for k in ("connect_errors", "read_errors", "write_errors",
-                                    "status_errors", "timeouts", "non_200"))  # fmt: skip
+    stats: dict[str, Any] = json.loads(line[len("WRKJSON ") :])
+    return stats, stdout
+
+
+def wrk_errors(stats: dict[str, Any]) -> int:
+    """Failed requests of every kind: socket errors, timeouts and non-200 answers."""
+    return int(sum(stats[k] for k in ("connect_errors", "read_errors", "write_errors",
+                                      "status_errors", "timeouts", "non_200")))  # fmt: skip
+
+
+def run(
+    requests: int = 20_000,
+    *,
+    concurrency: int = 4,
+    workers: int = 2,
+    max_seconds: int = 3600,
+    sample_every: float = 2.0,
+) -> dict[str, Any]:
+    require_wrk()
+    work = CACHE_DIR / "http"
+    wrk_threads = min(2, concurrency)
+    script, done_dir = write_wrk_script(work, requests, wrk_threads)
+    log_path = work / "gunicorn.log"
+    started = time.perf_counter()
+    with spo_server(workers, log_path) as (master, port, ready_s):
+        jemalloc = any("jemalloc" in m.path for c in master.children() for m in c.memory_maps())
+        samples: list[Any] = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample, args=(master, sample_every, stop, samples))
+        sampler.start()
+        try:
+            stats, stdout = run_wrk(port, script, done_dir, wrk_threads=wrk_threads,
+                                    concurrency=concurrency, max_seconds=max_seconds)  # fmt: skip
+        finally:
+            stop.set()
+            sampler.join()
+    errors = wrk_errors(stats)
     per_worker: dict[str, list[list[float]]] = {}
     for t, pid, rss in samples:
         per_worker.setdefault(str(pid), []).append([t, rss])

@@ -192,7 +192,44 @@ def tables() -> str:
             f"{http['startup_s']:.0f} s. RSS: {rss}.",
             "",
         ]
+    out += microbatch_table(read_result("microbatch"))
     return "\n".join(out).rstrip() + "\n"
+
+
+def microbatch_table(doc: dict[str, Any] | None) -> list[str]:
+    """Lines of the micro-batching table (``bench/results/microbatch.json``); none without a run."""
+    if not doc:
+        return []
+    out = [
+        f"### Micro-batching (single-text requests, concurrency {doc['concurrency']}, "
+        f"{doc['workers']} gunicorn workers x intra-op {doc['intra_op_threads']} x "
+        f"{doc['threads']} threads, at most {doc['max_texts']} texts per call; "
+        f"{doc['warmup_s']} s warm-up, then {doc['seconds_asked']} s per configuration; {doc['when']})",
+        "",
+        "| SPO_MICROBATCH_WAIT_MS | requests | requests/s | vs off | p50 | p90 | p99 | max | errors "
+        "| requests per model call: mean (largest) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    off = next((c for c in doc["configs"] if c["wait_ms"] == 0), None)
+    for c in doc["configs"]:
+        lat = c["latency_ms"]
+        batches = c.get("batches")
+        if c["wait_ms"] == 0:
+            per_call = "1 (off)"
+        elif batches:
+            per_call = (
+                f"{batches['mean_requests_per_batch']:.2f} ({batches['largest_batch_requests']})"
+            )
+        else:
+            per_call = "-"
+        ratio = f"{c['requests_per_s'] / off['requests_per_s']:.2f}x" if off else "-"
+        out.append(
+            f"| {c['wait_ms'] if c['wait_ms'] else '0 (off)'} | {c['requests']:,} "
+            f"| {c['requests_per_s']:.2f} | {ratio} | {lat['p50']:.0f} ms | {lat['p90']:.0f} ms "
+            f"| {lat['p99']:.0f} ms | {lat['max']:.0f} ms | {c['errors']} | {per_call} |"
+        )
+    out.append("")
+    return out
 
 
 def run() -> list[str]:
