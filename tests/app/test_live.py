@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -405,3 +406,73 @@ def test_live_load_with_worker_recycling_drops_nothing(stack: Stack) -> None:
     # Past 2 x (max_requests + jitter) requests, some worker must have been recycled.
     assert counts[0] > 2 * (MAX_REQUESTS + JITTER), f"only {counts[0]} requests in 30 s"
     assert restarts >= 1, "no worker was recycled: the test proved nothing"
+
+
+# -- micro-batching under real gunicorn ----------------------------------------------------------
+@pytest.mark.slow
+def test_live_microbatch_with_worker_recycling_drops_nothing(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """Micro-batching on, 1 worker recycled every 40-45 requests, concurrency 8 straight to gunicorn
+    for up to 20 s: every answer is right, and each retiring worker drains its batcher and logs its
+    counters (``worker_exit``), which show requests combined."""
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_MODEL_DIR": str(triples_model_dir),
+        "SPO_WORKERS": "1",
+        "SPO_THREADS": "8",
+        "SPO_MICROBATCH_WAIT_MS": "20",
+        "SPO_MAX_REQUESTS": "40",
+        "SPO_MAX_REQUESTS_JITTER": "5",
+        "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
+        "SPO_ACCESS_LOG": "0",
+    }
+    log = tmp_path / "gunicorn.log"
+    spo = Path(sys.executable).with_name("spo")
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [str(spo), "serve", "--bind", f"127.0.0.1:{port}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    texts = [f"张{i}出生于北京，他的妻子是李{i}。" for i in range(8)]
+    failures: list[str] = []
+    counts = [0]
+    lock = threading.Lock()
+    try:
+        wait_ready(port, server, log, BOOT_TIMEOUT_S)
+        deadline = time.monotonic() + 20
+        budget = threading.Semaphore(400)
+
+        def client(k: int) -> None:
+            while time.monotonic() < deadline and budget.acquire(blocking=False):
+                doc = {"texts": [texts[k], texts[(k + 1) % 8]]}
+                try:
+                    answer = post_json(port, doc)
+                    results = answer.json().get("results") if answer.status == 200 else None
+                    if not results or len(results) != 2:
+                        failures.append(f"{answer.status} {answer.body[:200]!r}")
+                    else:
+                        for text, result in zip(doc["texts"], results, strict=True):
+                            for entity in result["entities"]:
+                                if text[entity["start"] : entity["end"]] != entity["text"]:
+                                    failures.append(f"result of another text: {entity}")
+                except Exception as exc:
+                    failures.append(repr(exc))
+                with lock:
+                    counts[0] += 1
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(client, range(8)))
+    finally:
+        stop(server)
+    output = log.read_text()
+    assert not failures, f"{len(failures)} of {counts[0]} failed: {failures[:5]}"
+    assert output.count("Autorestarting worker") >= 1, "no worker was recycled: proved nothing"
+    per_call = [
+        float(m) for m in re.findall(r"micro-batching: .*?([\d.]+) requests per call", output)
+    ]
+    assert per_call, output[-3000:]
+    assert max(per_call) > 1, per_call
