@@ -110,3 +110,58 @@ def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
     finite = np.isfinite(a)
     assert np.abs(a[finite] - b[finite]).max() < 0.05 * np.abs(a[finite]).max() + 1.0
     assert json.dumps(bf16.precision) == '"bf16"'
+    assert bf16.frozen and not fp32.frozen
+
+
+@pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
+def test_runtime_bf16_serves_an_export_it_cannot_freeze(tf2_model_dir, caplog):
+    """A TF2 export's weights live in library functions: bf16 keeps the variables and still runs."""
+    fp32 = _runtime(tf2_model_dir)
+    bf16 = _runtime(tf2_model_dir, precision="bf16")
+    assert not bf16.frozen and "cannot be frozen" in caplog.text
+    ids = np.array([[2, 40, 41, 42, 3] + [0] * 11], dtype=np.int32)
+    a = fp32.run(ids, np.zeros_like(ids))[0][0, :, 1:4, 1:4]
+    b = bf16.run(ids, np.zeros_like(ids))[0][0, :, 1:4, 1:4]
+    finite = np.isfinite(a)
+    assert np.abs(a[finite] - b[finite]).max() < 0.05 * np.abs(a[finite]).max() + 1.0
+
+
+def test_freezing_and_bias_folding_keep_the_scores(triples_model_dir):
+    """The bf16 load path's graph surgery is exact: run the frozen, folded graph at fp32 and compare."""
+    import tensorflow as tf
+
+    reference = _runtime(triples_model_dir)
+    graph_def = runtime_module._freeze(
+        reference._session, reference._graph, [t.name for t in reference._outputs]
+    )
+    assert not [n for n in graph_def.node if n.op in ("VarHandleOp", "VariableV2")]
+    biases = [n for n in graph_def.node if n.op == "BiasAdd"]
+    assert biases and all(n.name.endswith("/before_reshape") for n in biases)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(graph_def, name="")
+    ids = np.array([[2, 40, 41, 42, 3] + [0] * 11, [2, 50, 3] + [0] * 13], dtype=np.int32)
+    with tf.compat.v1.Session(graph=graph) as session:
+        feed = {graph.get_tensor_by_name(t.name): ids for t in reference._inputs[:1]}
+        feed[graph.get_tensor_by_name(reference._inputs[1].name)] = np.zeros_like(ids)
+        got = session.run([graph.get_tensor_by_name(t.name) for t in reference._outputs], feed)
+    for a, b in zip(reference.run(ids, np.zeros_like(ids)), got, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_bias_folding_leaves_other_bias_adds_alone():
+    """A BiasAdd straight after a MatMul (no reshape) or after a reshape of something else is kept."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf.constant(np.ones((4, 3), np.float32))
+        b = tf.constant(np.ones(3, np.float32))
+        tf.nn.bias_add(tf.matmul(x, w), b, name="direct")
+        tf.nn.bias_add(
+            tf.reshape(x, [-1, 2, 2]), tf.constant(np.ones(2, np.float32)), name="noreshape"
+        )
+    graph_def = graph.as_graph_def()
+    assert runtime_module._fold_bias_adds(graph_def) == 0
+    assert [n.name for n in graph_def.node if n.op == "BiasAdd"] == ["direct", "noreshape"]
