@@ -149,6 +149,11 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "threshold": {"type": "number"},
                 "length_buckets": {"type": "array", "items": {"type": "integer"}},
                 "batch_buckets": {"type": "array", "items": {"type": "integer"}},
+                "single_row_length_step": {
+                    "type": "integer",
+                    "nullable": True,
+                    "description": "one-row batches pad to a multiple of this (null: to a length bucket)",
+                },
                 "predicates": {
                     "type": "array",
                     "items": {

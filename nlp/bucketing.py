@@ -6,6 +6,15 @@ shapes TensorFlow sees is finite, known, and warmed at start-up.
 >>> spec = BucketSpec(length_buckets=(8, 16), batch_buckets=(1, 2, 4))
 >>> [(b.shape, b.rows) for b in plan_batches([5, 12, 3, 7, 16], spec)]
 [((2, 8), (2, 0)), ((1, 8), (3,)), ((2, 16), (1, 4))]
+
+A batch of one row pads only to the next multiple of ``single_row_step`` (when set): single-text
+requests are the common case, and one-row shapes are cheap to warm.
+
+>>> spec = BucketSpec(length_buckets=(8, 32), batch_buckets=(1, 2), single_row_step=4)
+>>> [b.shape for b in plan_batches([5, 18, 30], spec)]
+[(1, 8), (2, 32)]
+>>> [b.shape for b in plan_batches([18], spec)]
+[(1, 20)]
 """
 
 from __future__ import annotations
@@ -27,17 +36,35 @@ class BucketSpec:
     ``max_batch_tokens`` caps rows x length: long inputs run in smaller batches, which bounds the peak
     memory of one run (GPLinker outputs grow with length squared) and the number of warm-up shapes.
     A length bucket always keeps its smallest batch bucket, whatever the cap.
+
+    ``single_row_step``: batches of one row (when batch bucket 1 exists) use the finer lengths
+    ``single_row_lengths`` (the length buckets plus every multiple of the step below the largest),
+    so a single text is padded by less than one step.
     """
 
     length_buckets: tuple[int, ...]
     batch_buckets: tuple[int, ...]
     max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+    single_row_step: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("length_buckets", "batch_buckets"):
             values = getattr(self, name)
             if not values or list(values) != sorted(set(values)) or values[0] <= 0:
                 raise ValueError(f"{name} must be strictly increasing positive integers: {values}")
+        if self.single_row_step is not None and self.single_row_step <= 0:
+            raise ValueError(f"single_row_step must be positive: {self.single_row_step}")
+
+    @property
+    def single_row_lengths(self) -> tuple[int, ...]:
+        """Lengths a one-row batch may take: the length buckets, plus the step's multiples."""
+        if self.single_row_step is None or self.batch_buckets[0] != 1:
+            return self.length_buckets
+        step = self.single_row_step
+        fine = range(step, self.max_length, step)
+        return tuple(
+            sorted(set(self.length_buckets) | {n for n in fine if n >= self.length_buckets[0]})
+        )
 
     @property
     def max_length(self) -> int:
@@ -58,9 +85,17 @@ class BucketSpec:
         allowed = tuple(b for b in self.batch_buckets if b * length <= self.max_batch_tokens)
         return allowed or self.batch_buckets[:1]
 
+    def single_row_length(self, n_tokens: int) -> int:
+        """The length a one-row batch of ``n_tokens`` runs at (never above its length bucket)."""
+        bucket = self.length_bucket(n_tokens)  # raises when no bucket holds it
+        lengths = self.single_row_lengths
+        return min(bucket, lengths[bisect.bisect_left(lengths, n_tokens)])
+
     def shapes(self) -> list[tuple[int, int]]:
         """Every (batch, length) shape the runtime may be fed."""
-        return [(b, n) for n in self.length_buckets for b in self.batch_buckets_for(n)]
+        shapes = [(b, n) for n in self.length_buckets for b in self.batch_buckets_for(n)]
+        shapes += [(1, n) for n in self.single_row_lengths if n not in self.length_buckets]
+        return sorted(shapes, key=lambda s: (s[1], s[0]))
 
 
 @dataclass(frozen=True)
@@ -96,7 +131,8 @@ def plan_batches(lengths: Sequence[int], spec: BucketSpec) -> list[Batch]:
         buckets = spec.batch_buckets_for(length)
         for size in _split_rows(stop - start, buckets):
             take = order[start : min(start + size, stop)]
-            batches.append(Batch(shape=(size, length), rows=tuple(take)))
+            run_length = spec.single_row_length(lengths[take[0]]) if size == 1 else length
+            batches.append(Batch(shape=(size, run_length), rows=tuple(take)))
             start += len(take)
     return batches
 

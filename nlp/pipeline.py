@@ -136,7 +136,12 @@ class Extractor:
             raise ValueError("max_text_chars must be positive")
         manifest = load_manifest(model_dir)
         tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
-        buckets = BucketSpec(manifest.length_buckets, manifest.batch_buckets, max_batch_tokens)
+        buckets = BucketSpec(
+            manifest.length_buckets,
+            manifest.batch_buckets,
+            max_batch_tokens,
+            single_row_step=manifest.single_row_length_step,
+        )
         runtime = SessionRuntime(
             manifest.directory,
             shapes=buckets.shapes(),

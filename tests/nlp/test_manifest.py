@@ -47,6 +47,10 @@ BAD = [
     ("length_buckets", lambda d: d.update(length_buckets=[32, 16, 64])),
     ("length_buckets", lambda d: d.update(length_buckets=[16, 32])),
     ("batch_buckets", lambda d: d.update(batch_buckets=[0, 1])),
+    ("single_row_length_step", lambda d: d.update(single_row_length_step=0)),
+    ("single_row_length_step", lambda d: d.update(single_row_length_step=65)),
+    ("single_row_length_step", lambda d: d.update(single_row_length_step=8.0)),
+    ("single_row_length_step", lambda d: d.update(single_row_length_step=True)),
     ("outputs", lambda d: d.update(outputs=["a:0"])),
     ("inputs.segment_ids", lambda d: d.update(inputs={"token_ids": "x:0"})),
     ("format_version", lambda d: d.update(format_version=99)),
@@ -62,6 +66,14 @@ def test_manifest_errors_name_the_field(model_copy, field, change):
     assert info.value.field == field
     assert field in str(info.value)
     assert info.value.code == "invalid_manifest"
+
+
+def test_manifest_single_row_length_step_defaults_to_8_and_null_turns_it_off(model_copy):
+    assert load_manifest(model_copy).single_row_length_step == 8
+    _edit(model_copy, lambda d: d.update(single_row_length_step=None))
+    m = load_manifest(model_copy)
+    assert m.single_row_length_step is None
+    assert m.summary()["single_row_length_step"] is None
 
 
 def test_manifest_missing_files_are_named(model_copy, tmp_path):
