@@ -112,11 +112,24 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the records the model got wrong (JSON lines) here.",
 )
-def evaluate_command(data_path: Path, model_dir: Path, errors_path: Path | None) -> None:
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Run the model in this precision (bf16 needs a CPU with AVX-512 BF16 or AMX).",
+)
+def evaluate_command(
+    data_path: Path, model_dir: Path, errors_path: Path | None, precision: str
+) -> None:
     """Micro precision / recall / F1 of exact (subject, predicate, object) triples on DATA_PATH."""
+    from nlp.errors import ModelLoadError
     from training.evaluate import evaluate
 
-    scores, errors = evaluate(model_dir, data_path)
+    try:
+        scores, errors = evaluate(model_dir, data_path, precision=precision)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from exc
     if errors_path is not None:
         with errors_path.open("w", encoding="utf-8") as fh:
             for e in errors:

@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|threads|http|microbatch|report] [options]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|threads|http|microbatch|report] [options]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -13,7 +13,17 @@ import time
 
 from bench.runtimes import RUNTIMES
 
-STEPS = ("model", "padding", "memory", "batch", "threads", "http", "microbatch", "report")
+STEPS = (
+    "model",
+    "padding",
+    "memory",
+    "batch",
+    "precision",
+    "threads",
+    "http",
+    "microbatch",
+    "report",
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,6 +102,10 @@ def main(argv: list[str] | None = None) -> None:
 
             batch.run(intra=args.intra, inter=args.inter, seconds=args.batch_seconds,
                       texts=args.batch_texts)  # fmt: skip
+        elif step == "precision":
+            from bench import precision
+
+            precision.run(intra=args.intra, inter=args.inter)
         elif step == "threads":
             from bench import threads
 

@@ -1,4 +1,4 @@
-"""One benchmark process: ``python -m bench.worker {memory,batch,threads} ...``, JSON out.
+"""One benchmark process: ``python -m bench.worker {memory,batch,threads,precision} ...``, JSON out.
 
 The parent (``bench.memory``, ``bench.batch``, ``bench.threads``) starts each run in a fresh process, so
 no runtime inherits another's heap, graph or kernel caches.
@@ -74,6 +74,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     shapes_fed = sorted(ex.runtime.shapes_fed)
     return {
         "runtime": args.runtime,
+        "model_key": Path(_dirs()["graph"]).parent.name,
         "requests_asked": args.requests,
         "requests": done,
         "stopped_by_time": done < args.requests,
@@ -142,6 +143,7 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
     from nlp.runtime import SessionRuntime
 
     out: dict[str, Any] = {
+        "model_key": Path(_dirs()["graph"]).parent.name,
         "precision": args.precision,
         "intra_op_threads": args.intra,
         "inter_op_threads": args.inter,
@@ -232,6 +234,57 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def precision(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo model at one precision: triples on the evaluation sets, single-text and batch speed."""
+    from nlp.pipeline import Extractor
+    from training.evaluate import gold_triples, predict_triples, read_records, score
+
+    started = time.perf_counter()
+    ex = Extractor.load(
+        args.model,
+        intra_op_threads=args.intra,
+        inter_op_threads=args.inter,
+        precision=args.precision,
+    )
+    out: dict[str, Any] = {
+        "precision": args.precision,
+        "model": args.model,
+        "cold_start_s": round(time.perf_counter() - started, 2),
+        "rss_after_load_mib": round(_rss() / MIB, 1),
+        "frozen": bool(getattr(ex.runtime, "frozen", False)),
+        "sets": {},
+    }
+    all_texts: list[str] = []
+    for path in args.data:
+        records = read_records(Path(path))
+        texts_ = [r["text"] for r in records]
+        all_texts += texts_
+        t0 = time.perf_counter()
+        predicted = predict_triples(ex, texts_)
+        batch_s = time.perf_counter() - t0
+        scores = score(predicted, [gold_triples(r) for r in records])
+        out["sets"][Path(path).name] = {
+            "records": len(records),
+            "scores": scores.to_dict(),
+            "batch_texts_per_s": round(len(records) / batch_s, 1),
+            "predicted": [sorted(p) for p in predicted],
+        }
+    sample = all_texts[: args.texts]
+    latencies = []
+    for text in sample:
+        t = time.perf_counter()
+        ex.extract(text)
+        latencies.append(time.perf_counter() - t)
+    out["single_text"] = {
+        "texts": len(sample),
+        "texts_per_s": round(len(sample) / sum(latencies), 1),
+        "latency_ms": percentiles_ms(latencies),
+    }
+    out["rss_end_mib"] = round(_rss() / MIB, 1)
+    ex.close()
+    return out
+
+
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
     ex = load_extractor("spo", _dirs(), args.intra, args.inter)
@@ -251,7 +304,7 @@ def threads(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
-    parser.add_argument("mode", choices=("memory", "batch", "threads"))
+    parser.add_argument("mode", choices=("memory", "batch", "threads", "precision"))
     parser.add_argument("--runtime", default="spo")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rss-every", type=int, default=500)
@@ -263,9 +316,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--texts", type=int, default=256)
     parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--model", default="models/demo")
+    parser.add_argument("--data", nargs="*", default=[])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    result = {"memory": memory, "batch": batch, "threads": threads}[args.mode](args)
+    modes = {"memory": memory, "batch": batch, "threads": threads, "precision": precision}
+    result = modes[args.mode](args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
 

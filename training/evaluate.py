@@ -82,12 +82,14 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
     return out
 
 
-def evaluate(model_dir: str | Path, data_path: str | Path) -> tuple[Scores, list[dict[str, Any]]]:
+def evaluate(
+    model_dir: str | Path, data_path: str | Path, *, precision: str = "fp32"
+) -> tuple[Scores, list[dict[str, Any]]]:
     """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection)."""
     from nlp.pipeline import Extractor
 
     records = read_records(Path(data_path))
-    extractor = Extractor.load(model_dir)
+    extractor = Extractor.load(model_dir, precision=precision)
     predicted = predict_triples(extractor, [r["text"] for r in records])
     gold = [gold_triples(r) for r in records]
     errors = [

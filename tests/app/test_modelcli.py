@@ -1,0 +1,31 @@
+import json
+
+from click.testing import CliRunner
+
+from app.cli import main
+from nlp import runtime as runtime_module
+
+EVERYDAY = "tests/training/data/everyday.jsonl"
+
+
+def test_evaluate_reports_scores_at_the_chosen_precision(triples_model_dir, tmp_path):
+    data = tmp_path / "one.jsonl"
+    data.write_text(
+        json.dumps({"text": "张三出生于北京。", "spo_list": []}, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(
+        main, ["evaluate", str(data), "--model", str(triples_model_dir), "--precision", "fp32"]
+    )
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.strip().splitlines()[-1])
+    assert {"precision", "recall", "f1"} <= set(scores)
+
+
+def test_evaluate_refuses_bf16_on_a_cpu_without_it(triples_model_dir, monkeypatch):
+    monkeypatch.setattr(runtime_module, "cpu_supports_bf16", lambda: False)
+    result = CliRunner().invoke(
+        main, ["evaluate", EVERYDAY, "--model", str(triples_model_dir), "--precision", "bf16"]
+    )
+    assert result.exit_code == 1
+    assert "bf16" in result.output and "Traceback" not in result.output
