@@ -1,8 +1,9 @@
 """Padding waste (padded tokens / real tokens) of bucket sets on the workload, and the warm-up trade.
 
-Pure Python over the workload's token lengths (windowed as ``Extractor`` does). FLOP waste weighs each
-token by the per-token cost at its bucket length. Warm-up cost is estimated by scaling the measured
-default warm-up (``bench/results/memory.json``, spo) by total warm-up FLOPs.
+Pure Python over the workload's token lengths (windowed as ``Extractor`` does), planned as single-text
+requests (each text alone: what the memory run and most REST traffic do) and as batches of 32 texts.
+FLOP waste weighs each token by the per-token cost at its bucket length. Warm-up cost is estimated by
+scaling the measured default warm-up (``bench/results/memory.json``, spo) by total warm-up FLOPs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from bench.workload import texts
 
 logger = logging.getLogger(__name__)
 
-BUCKET_SETS: dict[str, tuple[int, ...]] = {
-    "previous default (16..256, x2)": (16, 32, 64, 128, 256),
-    "pre-project (32..256, x2)": (32, 64, 128, 256),
-    "powers of two from 8": (8, 16, 32, 64, 128, 256),
-    "default (x1.5 steps)": (16, 24, 32, 48, 64, 96, 128, 192, 256),
-    "multiples of 32": tuple(range(32, MAX_LENGTH + 1, 32)),
-    "multiples of 16": tuple(range(16, MAX_LENGTH + 1, 16)),
+X15 = (16, 24, 32, 48, 64, 96, 128, 192, 256)
+# name -> (length buckets, single-row length step or None)
+BUCKET_SETS: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "first default (16..256, x2)": ((16, 32, 64, 128, 256), None),
+    "pre-project (32..256, x2)": ((32, 64, 128, 256), None),
+    "x1.5 steps": (X15, None),
+    "default: x1.5 steps, one-row step 8": (X15, 8),
+    "x1.5 steps, one-row step 16": (X15, 16),
+    "x1.5 steps, one-row step 4": (X15, 4),
+    "multiples of 32": (tuple(range(32, MAX_LENGTH + 1, 32)), None),
+    "multiples of 16": (tuple(range(16, MAX_LENGTH + 1, 16)), None),
 }
+DEFAULT_SET = "default: x1.5 steps, one-row step 8"
 
 
 def window_lengths() -> list[list[int]]:
@@ -41,11 +47,19 @@ def window_lengths() -> list[list[int]]:
     return out
 
 
-def _evaluate(lengths: list[list[int]], buckets: tuple[int, ...], group: int) -> dict[str, float]:
-    from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec, plan_batches
+def _spec(buckets: tuple[int, ...], step: int | None) -> Any:
+    from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec
     from nlp.manifest import DEFAULT_BATCH_BUCKETS
 
-    spec = BucketSpec(buckets, DEFAULT_BATCH_BUCKETS, DEFAULT_MAX_BATCH_TOKENS)
+    return BucketSpec(
+        buckets, DEFAULT_BATCH_BUCKETS, DEFAULT_MAX_BATCH_TOKENS, single_row_step=step
+    )
+
+
+def _evaluate(lengths: list[list[int]], spec: Any, group: int) -> dict[str, float]:
+    """Waste when ``group`` texts at a time go through ``plan_batches`` (1: single-text requests)."""
+    from nlp.bucketing import plan_batches
+
     real = padded = flops_real = flops_run = 0.0
     for start in range(0, len(lengths), group):
         flat = [n for text in lengths[start : start + group] for n in text]
@@ -63,29 +77,33 @@ def _evaluate(lengths: list[list[int]], buckets: tuple[int, ...], group: int) ->
 
 
 def run() -> dict[str, Any]:
-    from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec
-    from nlp.manifest import DEFAULT_BATCH_BUCKETS
-
     lengths = window_lengths()
     memory = read_result("memory") or {}
     spo = next((r for r in memory.get("runtimes", []) if r["runtime"] == "spo"), None)
-    default_warm_flops = None
+    default_buckets, default_step = BUCKET_SETS[DEFAULT_SET]
+    default_warm_flops = sum(
+        b * n * flops_per_token(n) for b, n in _spec(default_buckets, default_step).shapes()
+    )
     rows = []
-    for name, buckets in BUCKET_SETS.items():
-        spec = BucketSpec(buckets, DEFAULT_BATCH_BUCKETS, DEFAULT_MAX_BATCH_TOKENS)
+    for name, (buckets, step) in BUCKET_SETS.items():
+        spec = _spec(buckets, step)
         shapes = spec.shapes()
         warm_flops = sum(b * n * flops_per_token(n) for b, n in shapes)
-        if default_warm_flops is None:
-            default_warm_flops = warm_flops
+        single = _evaluate(lengths, spec, 1)
+        batched = _evaluate(lengths, spec, 32)
         row: dict[str, Any] = {
             "name": name,
             "length_buckets": list(buckets),
+            "single_row_step": step,
             "warm_shapes": len(shapes),
             "warm_tflop": round(warm_flops / 1e12, 2),
-            # Batches add no padded rows (batch bucket 1 exists), so grouping does not change these.
-            **_evaluate(lengths, buckets, 32),
+            "padding_waste": single["padding_waste"],
+            "flop_waste": single["flop_waste"],
+            "padding_waste_batch32": batched["padding_waste"],
+            "flop_waste_batch32": batched["flop_waste"],
         }
         if spo is not None:
+            # Scales the measured warm-up of the spo row (which ran with the default set).
             row["warm_s_estimated"] = round(spo["warm_s"] * warm_flops / default_warm_flops, 1)
         rows.append(row)
         logger.info("padding %s", row)

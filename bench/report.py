@@ -149,14 +149,16 @@ def tables() -> str:
             f"### Padding waste ({padding['texts']:,} workload texts, {padding['windows']:,} windows; "
             f"tokens p50 {padding['tokens_p50']}, p95 {padding['tokens_p95']}, max {padding['tokens_max']})",
             "",
-            "| length buckets | padded / real tokens | FLOP waste | warm-up shapes | warm-up TFLOP "
+            "| length buckets | padded / real tokens, single texts | FLOP waste, single texts "
+            "| padded / real, batches of 32 texts | warm-up shapes | warm-up TFLOP "
             "| warm-up s (estimated) |",
-            "|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|",
         ]
         for s in padding["sets"]:
             out.append(
                 f"| {s['name']}: {', '.join(map(str, s['length_buckets']))} "
-                f"| {100 * s['padding_waste']:.1f}% | {100 * s['flop_waste']:.1f}% | {s['warm_shapes']} "
+                f"| {100 * s['padding_waste']:.1f}% | {100 * s['flop_waste']:.1f}% "
+                f"| {100 * s.get('padding_waste_batch32', s['padding_waste']):.1f}% | {s['warm_shapes']} "
                 f"| {s['warm_tflop']:.2f} | {_fmt(s.get('warm_s_estimated'))} |"
             )
         out.append("")
@@ -192,8 +194,39 @@ def tables() -> str:
             f"{http['startup_s']:.0f} s. RSS: {rss}.",
             "",
         ]
+    out += precision_table(read_result("precision"))
     out += microbatch_table(read_result("microbatch"))
     return "\n".join(out).rstrip() + "\n"
+
+
+def precision_table(doc: dict[str, Any] | None) -> list[str]:
+    """bf16 vs fp32 on the demo model's evaluation sets (``bench/precision.py``)."""
+    if not doc:
+        return []
+    runs = doc["runs"]
+    out = [
+        f"### bf16 vs fp32 on the demo model (models/demo; {doc['when']})",
+        "",
+        "| set | texts | F1 fp32 | F1 bf16 | texts with identical triples | within tolerance |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, a in doc["agreement"].items():
+        out.append(
+            f"| {name} | {a['records']:,} | {a['f1_fp32']:.4f} | {a['f1_bf16']:.4f} "
+            f"| {a['identical_texts']:,} | {'yes' if a['within_tolerance'] else 'no'} |"
+        )
+    fp32, bf16 = runs["fp32"]["single_text"], runs["bf16"]["single_text"]
+    out += [
+        "",
+        f"Single texts ({fp32['texts']}): fp32 {fp32['texts_per_s']:.0f} texts/s, p99 "
+        f"{fp32['latency_ms']['p99']:.1f} ms; bf16 {bf16['texts_per_s']:.0f} texts/s, p99 "
+        f"{bf16['latency_ms']['p99']:.1f} ms. RSS after load: fp32 "
+        f"{runs['fp32']['rss_after_load_mib']:,.0f} MiB, bf16 {runs['bf16']['rss_after_load_mib']:,.0f} MiB. "
+        f"Keep bf16 (F1 within {doc['f1_tolerance']} or identical): "
+        f"{'yes' if doc['keep_bf16'] else 'no'}.",
+        "",
+    ]
+    return out
 
 
 def microbatch_table(doc: dict[str, Any] | None) -> list[str]:
