@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|threads|http|microbatch|report] [options]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|percall|threads|http|microbatch|report] [options]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -19,6 +19,7 @@ STEPS = (
     "memory",
     "batch",
     "precision",
+    "percall",
     "threads",
     "http",
     "microbatch",
@@ -106,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             from bench import precision
 
             precision.run(intra=args.intra, inter=args.inter)
+        elif step == "percall":
+            from bench import percall
+
+            percall.run(intra=args.intra, inter=args.inter)
         elif step == "threads":
             from bench import threads
 

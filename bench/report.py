@@ -26,15 +26,24 @@ def charts() -> list[str]:
     made = []
     memory = read_result("memory")
     if memory:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.5))
         for r in memory["runtimes"]:
             xs, ys = zip(*r["rss_samples"], strict=True)
             ax.plot(xs, ys, marker=".", label=r["runtime"])
+            # Right panel: change since the issue's reference point (request 2,000, or the first
+            # sample after it), so a flat line reads as flat whatever the process's size.
+            ref = next((y for x, y in zip(xs, ys, strict=True) if x >= 2000), ys[-1])
+            zoom.plot(xs, [y - ref for y in ys], marker=".", label=r["runtime"])
         ax.set_xlabel("requests")
         ax.set_ylabel("RSS (MiB)")
         ax.set_title("RSS vs requests (RBT6 GPLinker, single-text requests)")
         ax.grid(alpha=0.3)
         ax.legend()
+        zoom.set_xlabel("requests")
+        zoom.set_ylabel("RSS minus RSS at request 2,000 (MiB)")
+        zoom.set_ylim(-100, 300)
+        zoom.set_title("Change from request 2,000 (clipped at +300 MiB)")
+        zoom.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(RESULTS_DIR / "rss.png", dpi=110)
         plt.close(fig)
@@ -194,9 +203,31 @@ def tables() -> str:
             f"{http['startup_s']:.0f} s. RSS: {rss}.",
             "",
         ]
+    out += percall_table(read_result("percall"))
     out += precision_table(read_result("precision"))
     out += microbatch_table(read_result("microbatch"))
     return "\n".join(out).rstrip() + "\n"
+
+
+def percall_table(doc: dict[str, Any] | None) -> list[str]:
+    """Median model-call latency at equal one-row shapes (``bench/percall.py``)."""
+    if not doc:
+        return []
+    runs = doc["runs"]
+    names = [f"{r['runtime']} {r['precision']}" for r in runs]
+    out = [
+        f"### Model call at equal shapes (batch 1, median ms; intra-op {doc['intra_op_threads']}; "
+        f"{doc['when']})",
+        "",
+        "| tokens | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for i, n in enumerate(doc["lengths"]):
+        out.append(
+            f"| {n} | " + " | ".join(f"{r['rows'][i]['median_ms']:.1f}" for r in runs) + " |"
+        )
+    out.append("")
+    return out
 
 
 def precision_table(doc: dict[str, Any] | None) -> list[str]:

@@ -8,7 +8,8 @@ decoding), so only the model call differs:
 - ``tf2-signature``: the same object through its ``serving_default`` signature;
 - ``tf2-function``: a ``tf.function`` with an ``input_signature`` of ``None`` dims around the call;
 - ``spo`` / ``spo-jemalloc``: ``Extractor.load`` of the graph export (Session, bucketed shapes, warmed),
-  the latter in a process started with jemalloc in ``LD_PRELOAD``.
+  the latter in a process started with jemalloc in ``LD_PRELOAD``;
+- ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons).
 
 TensorFlow is imported inside the functions: a process picks one runtime.
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc")
+RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc", "spo-bf16")
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
 
 
@@ -79,11 +80,14 @@ def load_extractor(
     kind: str, dirs: dict[str, str], intra: int, inter: int, precision: str = "fp32"
 ) -> Any:
     """An ``Extractor`` over runtime ``kind``; ``.runtime`` has ``load_seconds``/``warm_seconds``."""
-    if kind in ("spo", "spo-jemalloc"):
+    if kind in ("spo", "spo-jemalloc", "spo-bf16"):
         from nlp.pipeline import Extractor
 
         return Extractor.load(
-            dirs["graph"], intra_op_threads=intra, inter_op_threads=inter, precision=precision
+            dirs["graph"],
+            intra_op_threads=intra,
+            inter_op_threads=inter,
+            precision="bf16" if kind == "spo-bf16" else precision,
         )
     import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""One benchmark process: ``python -m bench.worker {memory,batch,threads,precision} ...``, JSON out.
+"""One benchmark process: ``python -m bench.worker {memory,batch,threads,precision,percall} ...``, JSON out.
 
 The parent (``bench.memory``, ``bench.batch``, ``bench.threads``) starts each run in a fresh process, so
 no runtime inherits another's heap, graph or kernel caches.
@@ -285,6 +285,47 @@ def precision(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+PERCALL_LENGTHS = (16, 24, 40, 64, 96, 128, 200, 256)
+
+
+def percall(args: argparse.Namespace) -> dict[str, Any]:
+    """Model-call latency of one runtime at equal one-row shapes (no tokenizing, no decoding)."""
+    if args.runtime in NAIVE:
+        ex = load_extractor(args.runtime, _dirs(), args.intra, args.inter)
+        run = ex.runtime.run
+    else:
+        from nlp.manifest import load_manifest
+        from nlp.runtime import SessionRuntime
+
+        manifest = load_manifest(_dirs()["graph"])
+        runtime = SessionRuntime(
+            _dirs()["graph"],
+            shapes=[(1, n) for n in PERCALL_LENGTHS],
+            input_names=manifest.input_names,
+            output_names=manifest.output_names,
+            n_outputs=3,
+            vocab_size=vocab_size(),
+            intra_op_threads=args.intra,
+            inter_op_threads=args.inter,
+            precision=args.precision,
+        )
+        run = runtime.run
+    rng = np.random.default_rng(3)
+    rows = []
+    for n in PERCALL_LENGTHS:
+        ids = rng.integers(672, 21000, size=(1, n)).astype(np.int32)
+        seg = np.zeros_like(ids)
+        for _ in range(3):
+            run(ids, seg)
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            run(ids, seg)
+            times.append(time.perf_counter() - t)
+        rows.append({"length": n, "median_ms": round(float(np.median(times)) * 1000, 2)})
+    return {"runtime": args.runtime, "precision": args.precision, "rows": rows}
+
+
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
     ex = load_extractor("spo", _dirs(), args.intra, args.inter)
@@ -304,7 +345,7 @@ def threads(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
-    parser.add_argument("mode", choices=("memory", "batch", "threads", "precision"))
+    parser.add_argument("mode", choices=("memory", "batch", "threads", "precision", "percall"))
     parser.add_argument("--runtime", default="spo")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rss-every", type=int, default=500)
@@ -317,10 +358,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--texts", type=int, default=256)
     parser.add_argument("--offset", type=int, default=0)
     parser.add_argument("--model", default="models/demo")
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--data", nargs="*", default=[])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    modes = {"memory": memory, "batch": batch, "threads": threads, "precision": precision}
+    modes = {
+        "memory": memory,
+        "batch": batch,
+        "threads": threads,
+        "precision": precision,
+        "percall": percall,
+    }
     result = modes[args.mode](args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, ensure_ascii=False), encoding="utf-8")
