@@ -136,11 +136,29 @@ def _peak(dtype: str, intra: int, inter: int, n: int = 2048, repeats: int = 8) -
     return 2.0 * n**3 / min(times) / 1e9
 
 
+def _session_runtime(shapes: list[tuple[int, int]], args: argparse.Namespace) -> Any:
+    """The spo runtime alone over the RBT6 graph export, warmed on ``shapes``."""
+    from nlp.manifest import load_manifest
+    from nlp.runtime import SessionRuntime
+
+    graph = _dirs()["graph"]
+    manifest = load_manifest(graph)
+    return SessionRuntime(
+        graph,
+        shapes=shapes,
+        input_names=manifest.input_names,
+        output_names=manifest.output_names,
+        n_outputs=manifest.n_outputs,
+        vocab_size=vocab_size(),
+        intra_op_threads=args.intra,
+        inter_op_threads=args.inter,
+        precision=args.precision,
+    )
+
+
 def batch(args: argparse.Namespace) -> dict[str, Any]:
     """Model-only throughput at batch 1/8/32 x length 128, then end-to-end ``extract_batch``."""
-    from nlp.manifest import load_manifest
     from nlp.pipeline import Extractor
-    from nlp.runtime import SessionRuntime
 
     out: dict[str, Any] = {
         "model_key": Path(_dirs()["graph"]).parent.name,
@@ -156,19 +174,8 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
         if cpu_supports_bf16():
             out["peak_gflops"]["bf16"] = round(_peak("bf16", args.intra, args.inter), 1)
     dirs = _dirs()
-    manifest = load_manifest(dirs["graph"])
     started = time.perf_counter()
-    runtime = SessionRuntime(
-        dirs["graph"],
-        shapes=[(b, BATCH_LENGTH) for b in BATCHES],
-        input_names=manifest.input_names,
-        output_names=manifest.output_names,
-        n_outputs=3,
-        vocab_size=vocab_size(),
-        intra_op_threads=args.intra,
-        inter_op_threads=args.inter,
-        precision=args.precision,
-    )
+    runtime = _session_runtime([(b, BATCH_LENGTH) for b in BATCHES], args)
     out["load_warm_s"] = round(time.perf_counter() - started, 2)
     fpt = flops_per_token(BATCH_LENGTH)
     out["flops_per_token"] = fpt
@@ -294,22 +301,7 @@ def percall(args: argparse.Namespace) -> dict[str, Any]:
         ex = load_extractor(args.runtime, _dirs(), args.intra, args.inter)
         run = ex.runtime.run
     else:
-        from nlp.manifest import load_manifest
-        from nlp.runtime import SessionRuntime
-
-        manifest = load_manifest(_dirs()["graph"])
-        runtime = SessionRuntime(
-            _dirs()["graph"],
-            shapes=[(1, n) for n in PERCALL_LENGTHS],
-            input_names=manifest.input_names,
-            output_names=manifest.output_names,
-            n_outputs=3,
-            vocab_size=vocab_size(),
-            intra_op_threads=args.intra,
-            inter_op_threads=args.inter,
-            precision=args.precision,
-        )
-        run = runtime.run
+        run = _session_runtime([(1, n) for n in PERCALL_LENGTHS], args).run
     rng = np.random.default_rng(3)
     rows = []
     for n in PERCALL_LENGTHS:

@@ -20,6 +20,7 @@ requests are the common case, and one-row shapes are cheap to warm.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,7 +56,7 @@ class BucketSpec:
         if self.single_row_step is not None and self.single_row_step <= 0:
             raise ValueError(f"single_row_step must be positive: {self.single_row_step}")
 
-    @property
+    @functools.cached_property
     def single_row_lengths(self) -> tuple[int, ...]:
         """Lengths a one-row batch may take: the length buckets, plus the step's multiples."""
         if self.single_row_step is None or self.batch_buckets[0] != 1:

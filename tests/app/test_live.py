@@ -113,6 +113,18 @@ def wait_ready(port: int, process: subprocess.Popen[bytes], log: Path, timeout: 
     pytest.fail(f"server not ready after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
+def start_serve(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``spo serve`` on ``port`` with ``env``, stdout and stderr into ``log``."""
+    spo = Path(sys.executable).with_name("spo")
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(spo), "serve", "--bind", f"127.0.0.1:{port}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def wait_workers(log: Path, n: int, timeout: float) -> None:
     """Until ``n`` workers have logged that their model is warm (readyz answers after the first)."""
     deadline = time.monotonic() + timeout
@@ -167,14 +179,7 @@ def stack(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     }
     settings = Settings.from_env(env)
     log = run_dir / "gunicorn.log"
-    spo = Path(sys.executable).with_name("spo")
-    with log.open("wb") as out:
-        gunicorn = subprocess.Popen(
-            [str(spo), "serve", "--bind", f"127.0.0.1:{gunicorn_port}"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    gunicorn = start_serve(gunicorn_port, env, log)
     nginx: subprocess.Popen[bytes] | None = None
     try:
         wait_ready(gunicorn_port, gunicorn, log, BOOT_TIMEOUT_S)
@@ -429,14 +434,7 @@ def test_live_microbatch_with_worker_recycling_drops_nothing(
         "SPO_ACCESS_LOG": "0",
     }
     log = tmp_path / "gunicorn.log"
-    spo = Path(sys.executable).with_name("spo")
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [str(spo), "serve", "--bind", f"127.0.0.1:{port}"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    server = start_serve(port, env, log)
     texts = [f"张{i}出生于北京，他的妻子是李{i}。" for i in range(8)]
     failures: list[str] = []
     counts = [0]
