@@ -1,7 +1,7 @@
 """spo-service web application: ``create_app`` builds the Flask app; nothing happens at import time.
 
 gunicorn runs ``app:create_app()`` in each worker after the fork (``preload_app = False``), so each worker
-loads its own TensorFlow session (see ``app.model``). TensorFlow is imported only when a model loads.
+loads its own TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model loads.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from flask import Flask
 from app import api, batch, errors
 from app import logging as app_logging
 from app.microbatch import MicroBatcher
-from app.model import ExtractorLike, ModelSlot, load_extractor
+from app.model_slot import ExtractorLike, ModelSlot, load_extractor
 from app.settings import Settings
 
 __all__ = ["create_app"]
@@ -28,7 +28,7 @@ def create_app(
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
     The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
-    ``background`` starts a thread. ``loader`` replaces ``app.model.load_extractor`` (tests). With
+    ``background`` starts a thread. ``loader`` replaces ``app.model_slot.load_extractor`` (tests). With
     ``SPO_MICROBATCH_WAIT_MS`` above 0, ``app.extensions["spo.microbatch"]`` holds the worker's
     ``MicroBatcher`` (``app.microbatch``).
     """

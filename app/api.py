@@ -17,7 +17,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.errors import ApiError
 from app.microbatch import BatcherClosed, MicroBatcher
-from app.model import ModelNotReady, ModelSlot
+from app.model_slot import ModelNotReady, ModelSlot
 from app.openapi import build_spec
 from app.settings import Settings
 from nlp.types import Extraction

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         log.info("step %s", step)
         if step == "model":
-            from bench.model import build_model
+            from bench.rbt6 import build_model
 
             log.info("model dirs: %s", build_model(force=args.rebuild))
         elif step == "padding":

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from bench.common import CACHE_DIR, MIB, PROJECT_ROOT, write_result
-from bench.model import model_dirs
+from bench.rbt6 import model_dirs
 from bench.workload import request_texts
 
 logger = logging.getLogger(__name__)

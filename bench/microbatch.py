@@ -21,7 +21,7 @@ from typing import Any
 from app.settings import cpu_count
 from bench.common import CACHE_DIR, write_result
 from bench.http import require_wrk, run_wrk, spo_server, write_wrk_script, wrk_errors
-from bench.model import model_dirs
+from bench.rbt6 import model_dirs
 
 logger = logging.getLogger(__name__)
 

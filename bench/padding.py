@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from bench.common import read_result, write_result
-from bench.model import MAX_LENGTH, flops_per_token
+from bench.rbt6 import MAX_LENGTH, flops_per_token
 from bench.workload import texts
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import psutil
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
 from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_half
-from bench.model import flops_per_token, model_dirs, vocab_size
+from bench.rbt6 import flops_per_token, model_dirs, vocab_size
 from bench.runtimes import NAIVE, load_extractor
 from bench.workload import request_texts, texts
 

@@ -4,7 +4,7 @@ Started by ``spo serve`` (which validates the settings first, sets ``LD_PRELOAD`
 ``gunicorn -c deploy/gunicorn.conf.py``); command-line flags given to gunicorn override this file.
 
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
-  and loads and warms its own session before it accepts (``app.model``). ``timeout`` covers that.
+  and loads and warms its own session before it accepts (``app.model_slot``). ``timeout`` covers that.
 - gthread workers: requests overlap (health checks, validation) while model calls are serialized.
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
   (``app.microbatch``); ``worker_exit`` drains and stops its batcher.

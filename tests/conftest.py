@@ -92,7 +92,7 @@ def make_model_dir(
     import nlp  # noqa: F401
     from nlp.manifest import manifest_document, sha256_file
     from training.export import export_model_dir
-    from training.model import TINY_BERT_CONFIG, build_gplinker, build_ner
+    from training.gplinker import TINY_BERT_CONFIG, build_gplinker, build_ner
 
     def make(
         task: str = "triples",

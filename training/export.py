@@ -156,11 +156,11 @@ def export_user_model(
 
     ``weights_path`` is what ``model.save_weights`` wrote: an ``.h5``/``.weights.h5`` file or a TF
     checkpoint prefix (``best_model.weights``). The model is rebuilt from the bert config with
-    ``training.model`` (so layer shapes must match: same ``head_size``, number of predicates or
+    ``training.gplinker`` (so layer shapes must match: same ``head_size``, number of predicates or
     types), the weights loaded, and the directory written by ``export_model_dir``.
     """
     from nlp.manifest import manifest_document, sha256_file
-    from training.model import build_gplinker, build_ner
+    from training.gplinker import build_gplinker, build_ner
 
     config = json.loads(Path(bert_config_path).read_text(encoding="utf-8"))
     task, items = read_schema(schema_path)

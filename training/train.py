@@ -202,7 +202,7 @@ def train(config: TrainConfig) -> Path:
     from bert4keras.backend import keras
 
     from training.export import export_model_dir
-    from training.model import build_gplinker
+    from training.gplinker import build_gplinker
 
     schema = schema_documents()
     predicates = [p["predicate"] for p in schema]

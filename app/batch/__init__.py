@@ -1,6 +1,6 @@
 """Batch extraction of text files: ``spo extract`` (and ``flask --app app extract``).
 
-A thin click command (``app.batch.command``) over ``run_batch`` (``app.batch.pipeline``), a streaming
+A thin click command (``app.batch.command``) over ``run_batch`` (``app.batch.runner``), a streaming
 generator pipeline: ``records`` reads inputs, ``workers`` runs the model, ``output`` writes JSON lines
 with a checkpoint for ``--resume``. Documented in ``docs/batch.md``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.batch.pipeline import BatchError, BatchOptions, BatchSummary, run_batch
+from app.batch.runner import BatchError, BatchOptions, BatchSummary, run_batch
 
 __all__ = ["BatchError", "BatchOptions", "BatchSummary", "init_app", "run_batch"]
 

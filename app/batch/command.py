@@ -1,4 +1,4 @@
-"""``spo extract``: the thin click command over ``app.batch.pipeline.run_batch``."""
+"""``spo extract``: the thin click command over ``app.batch.runner.run_batch``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from app.batch.output import OutputError
-from app.batch.pipeline import BatchError, BatchOptions, run_batch
+from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.records import InputError
 from app.batch.workers import WorkerError
 from app.settings import DEFAULT_MODEL_DIR, PRECISIONS

@@ -56,7 +56,7 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
     from nlp.manifest import load_manifest
     from nlp.runtime import SessionRuntime
     from training.export import export_user_model
-    from training.model import TINY_BERT_CONFIG, build_gplinker
+    from training.gplinker import TINY_BERT_CONFIG, build_gplinker
 
     config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
     tf.random.set_seed(3)

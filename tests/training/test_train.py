@@ -55,7 +55,7 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
     from nlp.manifest import load_manifest
     from training.corpus import write_corpus
     from training.evaluate import evaluate, read_records
-    from training.model import TINY_BERT_CONFIG
+    from training.gplinker import TINY_BERT_CONFIG
     from training.train import TrainConfig, train
 
     data = tmp_path / "train.jsonl"
@@ -87,7 +87,7 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
     from training.corpus import write_corpus
-    from training.model import TINY_BERT_CONFIG
+    from training.gplinker import TINY_BERT_CONFIG
     from training.train import TrainConfig, train
 
     data = tmp_path / "train.jsonl"

@@ -137,7 +137,7 @@ def build_model(force: bool = False) -> dict[str, Path]:
     import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
     from nlp.manifest import manifest_document, sha256_file
     from training.export import export_model_dir
-    from training.model import build_gplinker
+    from training.gplinker import build_gplinker
 
     started = time.perf_counter()
     config = rbt6_config(vocab_size())
