@@ -1,12 +1,11 @@
 """spo-service web application: ``create_app`` builds the Flask app; nothing happens at import time.
 
 gunicorn runs ``app:create_app()`` in each worker after the fork (``preload_app = False``), so each worker
-loads its own TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model loads.
+loads its own TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model
+loads.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import click
 from flask import Flask
@@ -14,8 +13,9 @@ from flask import Flask
 from app import api, batch, errors
 from app import logging as app_logging
 from app.microbatch import MicroBatcher
-from app.model_slot import ExtractorLike, ModelSlot, load_extractor
+from app.model_slot import Loader, ModelSlot
 from app.settings import Settings
+from nlp.config import load_extractor
 
 __all__ = ["create_app"]
 
@@ -23,14 +23,14 @@ __all__ = ["create_app"]
 def create_app(
     settings: Settings | None = None,
     *,
-    loader: Callable[[Settings], ExtractorLike] | None = None,
+    loader: Loader | None = None,
 ) -> Flask:
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
     The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
-    ``background`` starts a thread. ``loader`` replaces ``app.model_slot.load_extractor`` (tests). With
-    ``SPO_MICROBATCH_WAIT_MS`` above 0, ``app.extensions["spo.microbatch"]`` holds the worker's
-    ``MicroBatcher`` (``app.microbatch``).
+    ``background`` starts a thread. ``loader`` (given ``settings.load_options()``) replaces
+    ``nlp.config.load_extractor`` in tests. With ``SPO_MICROBATCH_WAIT_MS`` above 0,
+    ``app.extensions["spo.microbatch"]`` holds the worker's ``MicroBatcher`` (``app.microbatch``).
     """
     if settings is None:
         settings = Settings.from_env()
@@ -60,7 +60,7 @@ def create_app(
     # model in its own workers, so the app's copy loads in the background rather than blocking it.
     in_cli = click.get_current_context(silent=True) is not None
     if settings.load_mode == "background" or in_cli:
-        slot.load_in_background(settings, load)
+        slot.load_in_background(settings.load_options(), load)
     else:
-        slot.load(settings, load)
+        slot.load(settings.load_options(), load)
     return app

@@ -1,8 +1,9 @@
 """HTTP endpoints: ``/v1/extract``, ``/v1/model``, ``/healthz``, ``/readyz``, ``/openapi.json``.
 
 The request document is validated here, strictly and completely, before the model sees it: wrong content
-type, undecodable or invalid JSON, unknown fields, wrong types, empty or too many texts, texts over the
-character limit, lone surrogates and NUL each get their own problem code (see ``app.errors``).
+type, undecodable or invalid JSON, unknown fields, wrong types, empty or too many texts each get their own
+problem code (see ``app.problems``); each text goes through ``nlp.validation.check_text``, the same
+check the batch command and the library make (type, length, NUL, lone surrogates).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from app.model_slot import ModelNotReady, ModelSlot
 from app.openapi import build_spec
 from app.settings import Settings
 from nlp.types import Extraction
+from nlp.validation import check_text
 
 bp = Blueprint("api", __name__)
 
@@ -111,30 +113,6 @@ def read_json_body() -> Any:
         raise ApiError("invalid_json", f"The body is not acceptable JSON: {exc}.") from None
 
 
-def check_text(value: object, field: str, max_chars: int) -> str:
-    """``value`` if it is a text the model may see; else an ``ApiError`` naming ``field``."""
-    if not isinstance(value, str):
-        raise ApiError("invalid_input", f"{field} must be a string.", field=field)
-    if len(value) > max_chars:
-        raise ApiError(
-            "text_too_long",
-            f"{field} has {len(value)} characters; the limit is {max_chars}.",
-            field=field,
-        )
-    nul = value.find("\x00")
-    if nul >= 0:
-        raise ApiError("invalid_input", f"{field} contains NUL at index {nul}.", field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ApiError(
-            "invalid_input",
-            f"{field} contains a lone surrogate (U+{ord(value[exc.start]):04X}) at index {exc.start}.",
-            field=field,
-        ) from None
-    return value
-
-
 def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
     """The texts of an extract request and the field they came from (``text`` or ``texts``)."""
     if not isinstance(doc, dict):
@@ -153,7 +131,7 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
             "invalid_input", "Send exactly one of 'text' (a string) or 'texts' (a list of strings)."
         )
     if "text" in doc:
-        return [check_text(doc["text"], "text", limits.max_text_chars)], "text"
+        return [check_text(doc["text"], limits.max_text_chars, "text")], "text"
     texts = doc["texts"]
     if not isinstance(texts, list):
         raise ApiError("invalid_input", "texts must be a list of strings.", field="texts")
@@ -166,7 +144,7 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
             field="texts",
         )
     return [
-        check_text(t, f"texts[{i}]", limits.max_text_chars) for i, t in enumerate(texts)
+        check_text(t, limits.max_text_chars, f"texts[{i}]") for i, t in enumerate(texts)
     ], "texts"
 
 

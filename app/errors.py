@@ -9,7 +9,10 @@ its HTML page), and anything unexpected, which is logged with its traceback and 
      "code": "text_too_long", "detail": "texts[1] has 10001 characters; the limit is 10000",
      "field": "texts[1]", "request_id": "..."}
 
-``code`` values are part of the API (listed in ``CODES``, documented in ``/openapi.json``): never rename one.
+Status, title and meaning of each ``code`` come from the one catalogue, ``app.problems.CATALOGUE``: a
+library error is answered by its own ``code`` (a subclass whose code is not catalogued answers with the
+status of its nearest catalogued ancestor). A 5xx answer never shows the exception's message, only the
+code's meaning; the message is logged.
 """
 
 from __future__ import annotations
@@ -21,33 +24,15 @@ from typing import Any
 from flask import Flask, Response, g, json
 from werkzeug.exceptions import HTTPException
 
-from nlp.errors import InvalidInput, ModelLoadError, SpoError, TextTooLong
+from app.problems import CATALOGUE, INTERNAL_ERROR, Problem, problem_for
+from nlp.errors import SpoError
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_MIMETYPE = "application/problem+json"
-
-# code -> (status, what it means). The single catalogue of the codes this service answers with.
-CODES: dict[str, tuple[int, str]] = {
-    "invalid_json": (400, "the body is not a UTF-8 JSON document"),
-    "bad_request": (400, "the HTTP request itself is malformed"),
-    "unauthorized": (401, "a valid bearer token is required"),
-    "not_found": (404, "no such endpoint"),
-    "method_not_allowed": (405, "the endpoint does not accept this method (see Allow)"),
-    "body_too_large": (413, "the body is over the size limit"),
-    "unsupported_media_type": (415, "the body must be sent as application/json (UTF-8)"),
-    "invalid_input": (422, "a field has the wrong type or an invalid value"),
-    "unknown_field": (422, "the document has a field this endpoint does not know"),
-    "empty_texts": (422, "texts is an empty list"),
-    "too_many_texts": (422, "texts has more items than the limit"),
-    "text_too_long": (422, "a text has more characters than the limit"),
-    "internal_error": (500, "unexpected server error; quote the request id"),
-    "model_not_ready": (503, "the model is still loading or failed to load; retry later"),
-    "service_unavailable": (503, "nginx cannot reach the application server; retry later"),
-}
-# Werkzeug status -> our code, for errors raised by routing and request parsing.
+# Werkzeug status -> our code, for errors raised by routing and request parsing (other 4xx: bad_request,
+# as nginx answers them).
 _HTTP_CODES = {
-    400: "bad_request",
     401: "unauthorized",
     404: "not_found",
     405: "method_not_allowed",
@@ -57,7 +42,7 @@ _HTTP_CODES = {
 
 
 class ApiError(Exception):
-    """An error of the web layer with a code from ``CODES``."""
+    """An error of the web layer with a code from ``app.problems.CATALOGUE``."""
 
     def __init__(
         self,
@@ -68,29 +53,32 @@ class ApiError(Exception):
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
-        if code not in CODES:
-            raise ValueError(f"unknown problem code {code!r}")
+        self.problem = problem_for(code)
         self.code = code
-        self.status = CODES[code][0]
         self.detail = detail
         self.field = field
         self.headers = headers or {}
 
 
 def problem(
-    status: int,
-    code: str,
+    entry: Problem,
     detail: str,
     *,
+    code: str | None = None,
+    status: int | None = None,
     field: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
-    """The problem+json response; the only function that builds one."""
+    """The problem+json response for catalogue ``entry``; the only function that builds one.
+
+    ``code`` overrides the entry's code (a library error whose own code is not catalogued), ``status``
+    its status (an HTTP error of a status with no code of its own, answered as ``bad_request``)."""
+    status = status or entry.status
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": HTTPStatus(status).phrase,
         "status": status,
-        "code": code,
+        "code": code or entry.code,
         "detail": detail,
     }
     if field is not None:
@@ -104,39 +92,46 @@ def problem(
     return response
 
 
+def catalogued(exc: SpoError) -> Problem | None:
+    """The catalogue entry of ``exc``'s own code, else of its nearest catalogued ancestor's."""
+    for cls in type(exc).__mro__:
+        entry = CATALOGUE.get(getattr(cls, "code", ""))
+        if entry is not None:
+            return entry
+    return None
+
+
 def _api_error(exc: ApiError) -> Response:
-    return problem(exc.status, exc.code, exc.detail, field=exc.field, headers=exc.headers)
+    return problem(exc.problem, exc.detail, field=exc.field, headers=exc.headers)
 
 
 def _spo_error(exc: SpoError) -> Response:
-    if isinstance(exc, TextTooLong):
-        return problem(422, "text_too_long", exc.message, field=exc.field)
-    if isinstance(exc, InvalidInput):
-        return problem(422, "invalid_input", exc.message, field=exc.field)
-    if isinstance(exc, ModelLoadError):
-        logger.error("model error while serving: %s", exc.message)
-        return problem(503, "model_not_ready", "The model is not available; retry later.")
-    return _unexpected(exc)
+    entry = catalogued(exc)
+    if entry is None:
+        logger.error("error code %r is not catalogued (app.problems)", exc.code)
+        return _unexpected(exc)
+    if entry.status >= 500:
+        logger.error("%s while serving a request: %s", exc.code, exc.message)
+        return problem(entry, f"{entry.meaning[:1].upper()}{entry.meaning[1:]}.", code=exc.code)
+    return problem(entry, exc.message, code=exc.code, field=exc.field)
 
 
 def _http_error(exc: HTTPException) -> Response:
     status = exc.code or 500
     if status >= 500:
         return _unexpected(exc)
-    code = _HTTP_CODES.get(status, "bad_request" if status == 400 else f"http_{status}")
+    entry = CATALOGUE[_HTTP_CODES.get(status, "bad_request")]
     headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
     detail = exc.description or HTTPStatus(status).phrase
     if status == 413:
         detail = "The request body is over the size limit."
-    return problem(status, code, detail, headers=headers)
+    return problem(entry, detail, status=status, headers=headers)
 
 
 def _unexpected(exc: BaseException) -> Response:
     logger.error("unhandled %s while serving a request", type(exc).__name__, exc_info=exc)
     return problem(
-        500,
-        "internal_error",
-        "An unexpected error occurred. Quote the request id when reporting it.",
+        INTERNAL_ERROR, "An unexpected error occurred. Quote the request id when reporting it."
     )
 
 

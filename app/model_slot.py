@@ -21,9 +21,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
-from app.settings import Settings
+from nlp.config import LoadOptions
+from nlp.protocols import ExtractorLike
 from nlp.types import Extraction
 
 logger = logging.getLogger(__name__)
@@ -37,28 +37,8 @@ class ModelNotReady(RuntimeError):
         self.state = state
 
 
-class ExtractorLike(Protocol):
-    """What the service needs of ``nlp.pipeline.Extractor`` (tests may hand in another)."""
-
-    @property
-    def manifest(self) -> Any: ...
-
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]: ...
-
-    def close(self) -> None: ...
-
-
-def load_extractor(settings: Settings) -> ExtractorLike:
-    """Load and warm the model of ``settings``; TensorFlow is imported here, never at import time."""
-    from nlp.pipeline import Extractor
-
-    return Extractor.load(
-        settings.model_dir,
-        intra_op_threads=settings.tf_intra_op_threads,
-        inter_op_threads=settings.inter_op_threads,
-        max_text_chars=settings.max_text_chars,
-        precision=settings.precision,
-    )
+# Loads the model of some options: ``nlp.config.load_extractor``, or a fake in tests.
+Loader = Callable[[LoadOptions], ExtractorLike]
 
 
 class ModelSlot:
@@ -84,11 +64,11 @@ class ModelSlot:
     def set(self, extractor: ExtractorLike) -> None:
         self._extractor = extractor
 
-    def load(self, settings: Settings, loader: Callable[[Settings], ExtractorLike]) -> None:
+    def load(self, options: LoadOptions, loader: Loader) -> None:
         """Load synchronously; errors propagate (a worker that cannot load must not boot)."""
         started = time.perf_counter()
         try:
-            extractor = loader(settings)
+            extractor = loader(options)
         except BaseException:
             self._failed = True
             raise
@@ -100,17 +80,15 @@ class ModelSlot:
             summary.get("version"),
             summary.get("task"),
             time.perf_counter() - started,
-            settings.model_dir,
+            options.model_dir,
         )
 
-    def load_in_background(
-        self, settings: Settings, loader: Callable[[Settings], ExtractorLike]
-    ) -> threading.Thread:
+    def load_in_background(self, options: LoadOptions, loader: Loader) -> threading.Thread:
         def run() -> None:
             try:
-                self.load(settings, loader)
+                self.load(options, loader)
             except Exception:
-                logger.exception("model load failed: %s stays unready", settings.model_dir)
+                logger.exception("model load failed: %s stays unready", options.model_dir)
 
         thread = threading.Thread(target=run, name="spo-model-load", daemon=True)
         thread.start()

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import click
 
-from nlp.manifest import PROJECT_ROOT
-
-DEMO_MODEL = PROJECT_ROOT / "models" / "demo"
-DEMO_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
+from app.options import precision_option
+from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB
 
 
 @click.command("make-corpus")
@@ -41,7 +39,10 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.command("train")
 @click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=DEMO_MODEL, show_default=True
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEMO_MODEL_DIR,
+    show_default=True,
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
@@ -103,7 +104,7 @@ def train_command(
     "--model",
     "model_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=DEMO_MODEL,
+    default=DEMO_MODEL_DIR,
     show_default=True,
 )
 @click.option(
@@ -112,13 +113,7 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the records the model got wrong (JSON lines) here.",
 )
-@click.option(
-    "--precision",
-    type=click.Choice(["fp32", "bf16"]),
-    default="fp32",
-    show_default=True,
-    help="Run the model in this precision (bf16 needs a CPU with AVX-512 BF16 or AMX).",
-)
+@precision_option()
 def evaluate_command(
     data_path: Path, model_dir: Path, errors_path: Path | None, precision: str
 ) -> None:

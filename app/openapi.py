@@ -2,14 +2,14 @@
 
 Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones, and every problem response
 the code can give is listed, so schemathesis can check the service against this document (the live tests
-do). Keep it in step with ``app.api`` and ``app.errors``.
+do). Codes and their meanings come from ``app.problems``. Keep it in step with ``app.api``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.errors import CODES
+from app.problems import CATALOGUE
 from app.settings import Settings
 
 # Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
@@ -24,7 +24,7 @@ def _ref(name: str) -> dict[str, str]:
 def _problem(
     description: str, codes: list[str], headers: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    listed = "; ".join(f"`{c}`: {CODES[c][1]}" for c in codes)
+    listed = "; ".join(f"`{c}`: {CATALOGUE[c].meaning}" for c in codes)
     response: dict[str, Any] = {
         "description": f"{description} ({listed})",
         "headers": {
@@ -177,7 +177,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "type": {"type": "string"},
                 "title": {"type": "string"},
                 "status": {"type": "integer"},
-                "code": {"type": "string", "description": ", ".join(sorted(CODES))},
+                "code": {"type": "string", "description": ", ".join(sorted(CATALOGUE))},
                 "detail": {"type": "string"},
                 "field": {"type": "string", "description": "the offending field, e.g. texts[3]"},
                 "request_id": {"type": "string"},

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from app.settings import JEMALLOC_PATH, PROJECT_ROOT, Settings, SettingsError
+from app.settings import JEMALLOC_PATH, Settings, SettingsError
+from nlp.config import PROJECT_ROOT
 
 DEPLOY_DIR = PROJECT_ROOT / "deploy"
 GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"

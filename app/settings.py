@@ -25,14 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlp.config import (
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_PRECISION,
+    DEMO_MODEL_DIR,
+    PRECISIONS,
+    LoadOptions,
+    precision_help,
+)
+
 logger = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL_DIR = PROJECT_ROOT / "models" / "demo"
+DEFAULT_MODEL_DIR = DEMO_MODEL_DIR
 JEMALLOC_PATH = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
 PREFIX = "SPO_"
-# Mirrors nlp.runtime.PRECISIONS; importing that module would import TensorFlow into the gunicorn master.
-PRECISIONS = ("fp32", "bf16")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOAD_MODES = ("boot", "background")
@@ -46,6 +52,15 @@ def cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def threads_per_worker(workers: int) -> int:
+    """TensorFlow intra-op threads for each of ``workers`` model processes: the cores split evenly.
+
+    The one cores / workers split: the service's workers, the batch command's workers and the
+    benchmarks all call this, so a change to how cores are counted is made here.
+    """
+    return max(1, cpu_count() // max(1, workers))
 
 
 class SettingsError(ValueError):
@@ -62,9 +77,9 @@ class Settings:
 
     model_dir: Path = DEFAULT_MODEL_DIR
     load_mode: str = "boot"
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     max_texts: int = 64
-    max_text_chars: int = 10_000
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_body_bytes: int = 1 << 20
     auth_tokens: tuple[str, ...] = ()
     bind: str = "127.0.0.1:8000"
@@ -96,7 +111,17 @@ class Settings:
         """TensorFlow intra-op threads per worker: cores / workers unless set, so workers share cores."""
         if self.intra_op_threads is not None:
             return self.intra_op_threads
-        return max(1, cpu_count() // self.workers)
+        return threads_per_worker(self.workers)
+
+    def load_options(self) -> LoadOptions:
+        """How each worker loads the model (``nlp.config.load_extractor``)."""
+        return LoadOptions(
+            self.model_dir,
+            precision=self.precision,
+            intra_op_threads=self.tf_intra_op_threads,
+            inter_op_threads=self.inter_op_threads,
+            max_text_chars=self.max_text_chars,
+        )
 
     @property
     def auth_enabled(self) -> bool:
@@ -131,7 +156,7 @@ class Settings:
         elif not (self.model_dir / "model.json").is_file():
             bad("model_dir", f"no model.json in {self.model_dir}")
         one_of("load_mode", LOAD_MODES)
-        one_of("precision", PRECISIONS)
+        one_of("precision", tuple(PRECISIONS))
         in_range("max_texts", 1, 10_000)
         in_range("max_text_chars", 1, 1_000_000)
         in_range("max_body_bytes", 1024, 1 << 30)
@@ -241,7 +266,7 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
         _lower,
         "boot: load and warm before the worker accepts; background: answer 503 meanwhile",
     ),
-    "precision": (_lower, "fp32 or bf16 (bf16 needs AVX-512 BF16 or AMX)"),
+    "precision": (_lower, precision_help()),
     "max_texts": (_int, "most texts in one request"),
     "max_text_chars": (_int, "most characters in one text"),
     "max_body_bytes": (_int, "largest request body in bytes (nginx client_max_body_size too)"),

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from nlp.config import DEMO_VOCAB
+
 BENCH_DIR = Path(__file__).resolve().parent
-PROJECT_ROOT = BENCH_DIR.parent
 CACHE_DIR = BENCH_DIR / ".cache"
 RESULTS_DIR = BENCH_DIR / "results"
 RAW_DIR = CACHE_DIR / "raw"
-VOCAB_PATH = PROJECT_ROOT / "vocab" / "vocab.txt"
-JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+VOCAB_PATH = DEMO_VOCAB
 MIB = 1 << 20
 
 

@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from app.settings import cpu_count
+from app.settings import threads_per_worker
 from bench.common import CACHE_DIR, write_result
 from bench.http import require_wrk, run_wrk, spo_server, write_wrk_script, wrk_errors
 from bench.rbt6 import model_dirs
@@ -106,7 +106,7 @@ def run(
         "concurrency": concurrency,
         "workers": workers,
         "threads": THREADS,
-        "intra_op_threads": max(1, cpu_count() // workers),
+        "intra_op_threads": threads_per_worker(workers),
         "max_texts": MAX_TEXTS,
         "warmup_s": warmup,
         "seconds_asked": seconds,

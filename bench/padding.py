@@ -48,7 +48,8 @@ def window_lengths() -> list[list[int]]:
 
 
 def _spec(buckets: tuple[int, ...], step: int | None) -> Any:
-    from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec
+    from nlp.bucketing import BucketSpec
+    from nlp.config import DEFAULT_MAX_BATCH_TOKENS
     from nlp.manifest import DEFAULT_BATCH_BUCKETS
 
     return BucketSpec(

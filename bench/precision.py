@@ -13,10 +13,11 @@ from typing import Any
 
 from bench.common import CACHE_DIR, PROJECT_ROOT, cpu_info, write_result
 from bench.runner import run_worker
+from nlp.config import DEMO_MODEL_DIR
 
 logger = logging.getLogger(__name__)
 
-MODEL = PROJECT_ROOT / "models" / "demo"
+MODEL = DEMO_MODEL_DIR
 EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
 HELDOUT = CACHE_DIR / "demo-heldout.jsonl"
 F1_TOLERANCE = 0.005

@@ -11,29 +11,36 @@ decoding), so only the model call differs:
   the latter in a process started with jemalloc in ``LD_PRELOAD``;
 - ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons).
 
-TensorFlow is imported inside the functions: a process picks one runtime.
+Each naive runtime implements ``nlp.protocols.Runtime``, the interface ``Extractor`` runs its model
+through. TensorFlow is imported inside the functions: a process picks one runtime.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from nlp.config import LoadOptions
+
+if TYPE_CHECKING:
+    from nlp.pipeline import Extractor
 
 RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc", "spo-bf16")
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
 
 
 class NaiveRuntime:
-    """A TF2 eager runtime fed exact-length inputs; records the shapes it saw."""
+    """A TF2 eager runtime fed exact-length inputs (any shape, none warmed); records the shapes seen."""
 
     def __init__(self, model_dir: str, kind: str) -> None:
         import tensorflow as tf
 
         self.kind = kind
+        self.shapes: frozenset[tuple[int, int]] = frozenset()
         self.shapes_fed: set[tuple[int, int]] = set()
-        self.new_shape = False
         started = time.perf_counter()
         self.model = tf.saved_model.load(model_dir)
         signature = self.model.signatures["serving_default"]
@@ -47,19 +54,16 @@ class NaiveRuntime:
             spec = tf.TensorSpec([None, None], self.dtype)
             model = self.model
 
-            @tf.function(input_signature=[spec, spec])  # type: ignore[untyped-decorator]
             def call(token_ids: Any, segment_ids: Any) -> Any:
                 return model([token_ids, segment_ids])
 
-            self.function = call
+            self.function = tf.function(call, input_signature=[spec, spec])
         self.load_seconds = time.perf_counter() - started
         self.warm_seconds = 0.0
         self._tf = tf
 
     def run(self, token_ids: np.ndarray, segment_ids: np.ndarray) -> list[np.ndarray]:
-        shape = (int(token_ids.shape[0]), int(token_ids.shape[1]))
-        self.new_shape = self.new_shape or shape not in self.shapes_fed
-        self.shapes_fed.add(shape)
+        self.shapes_fed.add((int(token_ids.shape[0]), int(token_ids.shape[1])))
         tf = self._tf
         tokens = tf.constant(token_ids, dtype=self.dtype)
         segments = tf.constant(segment_ids, dtype=self.dtype)
@@ -76,19 +80,20 @@ class NaiveRuntime:
         pass
 
 
-def load_extractor(
+def extractor_for(
     kind: str, dirs: dict[str, str], intra: int, inter: int, precision: str = "fp32"
-) -> Any:
-    """An ``Extractor`` over runtime ``kind``; ``.runtime`` has ``load_seconds``/``warm_seconds``."""
-    if kind in ("spo", "spo-jemalloc", "spo-bf16"):
-        from nlp.pipeline import Extractor
+) -> Extractor:
+    """An ``Extractor`` over runtime ``kind``, with ``intra`` / ``inter`` TensorFlow threads."""
+    from nlp.config import load_extractor
 
-        return Extractor.load(
-            dirs["graph"],
-            intra_op_threads=intra,
-            inter_op_threads=inter,
-            precision="bf16" if kind == "spo-bf16" else precision,
-        )
+    options = LoadOptions(
+        Path(dirs["graph"]),
+        precision="bf16" if kind == "spo-bf16" else precision,
+        intra_op_threads=intra,
+        inter_op_threads=inter,
+    )
+    if kind not in NAIVE:
+        return load_extractor(options)
     import tensorflow as tf
 
     from nlp.bucketing import BucketSpec
@@ -104,4 +109,6 @@ def load_extractor(
     # TF2 serving code does.
     exact = BucketSpec(tuple(range(3, manifest.max_length + 1)), (1,), None)
     runtime = NaiveRuntime(str(dirs["tf2"]), kind)
-    return Extractor(manifest, tokenizer, runtime, buckets=exact)  # type: ignore[arg-type]
+    return Extractor(
+        manifest, tokenizer, runtime, max_text_chars=options.max_text_chars, buckets=exact
+    )

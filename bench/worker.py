@@ -19,8 +19,9 @@ import psutil
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
 from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_half
 from bench.rbt6 import flops_per_token, model_dirs, vocab_size
-from bench.runtimes import NAIVE, load_extractor
+from bench.runtimes import NAIVE, extractor_for
 from bench.workload import request_texts, texts
+from nlp.config import LoadOptions, load_extractor
 
 BATCHES = (1, 8, 32)
 BATCH_LENGTH = 128
@@ -38,7 +39,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     """Single-text requests through one runtime; RSS every ``rss_every`` requests."""
     rss_start = _rss()
     started = time.perf_counter()
-    ex = load_extractor(args.runtime, _dirs(), args.intra, args.inter)
+    ex = extractor_for(args.runtime, _dirs(), args.intra, args.inter)
     cold = time.perf_counter() - started
     stream = request_texts(args.requests)
     naive = args.runtime in NAIVE
@@ -49,12 +50,12 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     loop_started = time.perf_counter()
     done = 0
     for i, text in enumerate(stream, 1):
-        if naive:
-            ex.runtime.new_shape = False
+        seen = len(ex.runtime.shapes_fed)
         t = time.perf_counter()
         ex.extract(text)
         latencies.append(time.perf_counter() - t)
-        new_shape.append(bool(getattr(ex.runtime, "new_shape", False)))
+        # A shape the naive runtime had not run before (the spo runtime warmed all of its shapes).
+        new_shape.append(naive and len(ex.runtime.shapes_fed) > seen)
         done = i
         if i % args.rss_every == 0 or i == len(stream):
             samples.append((i, _rss()))
@@ -96,7 +97,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
         "load_s": round(ex.runtime.load_seconds, 2),
         "warm_s": round(ex.runtime.warm_seconds, 2),
         "shapes_seen": len(shapes_fed),
-        "shapes_warmed": len(getattr(ex.runtime, "shapes", ())),
+        "shapes_warmed": len(ex.runtime.shapes),
         "new_shape_requests": int(flags.sum()),
         "new_shape_latency_ms": round(float(lat[flags].mean()) * 1000, 1) if flags.any() else None,
         "seen_shape_latency_ms": round(float(lat[~flags].mean()) * 1000, 1)
@@ -136,30 +137,27 @@ def _peak(dtype: str, intra: int, inter: int, n: int = 2048, repeats: int = 8) -
     return 2.0 * n**3 / min(times) / 1e9
 
 
+def _options(args: argparse.Namespace, model_dir: str | None = None) -> LoadOptions:
+    return LoadOptions(
+        Path(model_dir or _dirs()["graph"]),
+        precision=args.precision,
+        intra_op_threads=args.intra,
+        inter_op_threads=args.inter,
+    )
+
+
 def _session_runtime(shapes: list[tuple[int, int]], args: argparse.Namespace) -> Any:
     """The spo runtime alone over the RBT6 graph export, warmed on ``shapes``."""
     from nlp.manifest import load_manifest
     from nlp.runtime import SessionRuntime
 
-    graph = _dirs()["graph"]
-    manifest = load_manifest(graph)
-    return SessionRuntime(
-        graph,
-        shapes=shapes,
-        input_names=manifest.input_names,
-        output_names=manifest.output_names,
-        n_outputs=manifest.n_outputs,
-        vocab_size=vocab_size(),
-        intra_op_threads=args.intra,
-        inter_op_threads=args.inter,
-        precision=args.precision,
-    )
+    options = _options(args)
+    manifest = load_manifest(options.model_dir)
+    return SessionRuntime.for_model(manifest, options, shapes=shapes, vocab_size=vocab_size())
 
 
 def batch(args: argparse.Namespace) -> dict[str, Any]:
     """Model-only throughput at batch 1/8/32 x length 128, then end-to-end ``extract_batch``."""
-    from nlp.pipeline import Extractor
-
     out: dict[str, Any] = {
         "model_key": Path(_dirs()["graph"]).parent.name,
         "precision": args.precision,
@@ -173,7 +171,6 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
 
         if cpu_supports_bf16():
             out["peak_gflops"]["bf16"] = round(_peak("bf16", args.intra, args.inter), 1)
-    dirs = _dirs()
     started = time.perf_counter()
     runtime = _session_runtime([(b, BATCH_LENGTH) for b in BATCHES], args)
     out["load_warm_s"] = round(time.perf_counter() - started, 2)
@@ -203,12 +200,7 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
     runtime.close()
     out["model"] = model_rows
     # End to end: real texts through tokenize -> bucket -> run -> decode, `batch` texts a call.
-    ex = Extractor.load(
-        dirs["graph"],
-        intra_op_threads=args.intra,
-        inter_op_threads=args.inter,
-        precision=args.precision,
-    )
+    ex = load_extractor(_options(args))
     sample = list(texts())[: args.texts]
     e2e = []
     results: list[Any] = []
@@ -243,22 +235,17 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
 
 def precision(args: argparse.Namespace) -> dict[str, Any]:
     """The demo model at one precision: triples on the evaluation sets, single-text and batch speed."""
-    from nlp.pipeline import Extractor
+    from nlp.runtime import SessionRuntime
     from training.evaluate import gold_triples, predict_triples, read_records, score
 
     started = time.perf_counter()
-    ex = Extractor.load(
-        args.model,
-        intra_op_threads=args.intra,
-        inter_op_threads=args.inter,
-        precision=args.precision,
-    )
+    ex = load_extractor(_options(args, args.model))
     out: dict[str, Any] = {
         "precision": args.precision,
         "model": args.model,
         "cold_start_s": round(time.perf_counter() - started, 2),
         "rss_after_load_mib": round(_rss() / MIB, 1),
-        "frozen": bool(getattr(ex.runtime, "frozen", False)),
+        "frozen": isinstance(ex.runtime, SessionRuntime) and ex.runtime.frozen,
         "sets": {},
     }
     all_texts: list[str] = []
@@ -298,7 +285,7 @@ PERCALL_LENGTHS = (16, 24, 40, 64, 96, 128, 200, 256)
 def percall(args: argparse.Namespace) -> dict[str, Any]:
     """Model-call latency of one runtime at equal one-row shapes (no tokenizing, no decoding)."""
     if args.runtime in NAIVE:
-        ex = load_extractor(args.runtime, _dirs(), args.intra, args.inter)
+        ex = extractor_for(args.runtime, _dirs(), args.intra, args.inter)
         run = ex.runtime.run
     else:
         run = _session_runtime([(1, n) for n in PERCALL_LENGTHS], args).run
@@ -320,7 +307,7 @@ def percall(args: argparse.Namespace) -> dict[str, Any]:
 
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
-    ex = load_extractor("spo", _dirs(), args.intra, args.inter)
+    ex = extractor_for("spo", _dirs(), args.intra, args.inter)
     stream = request_texts(args.requests * (args.offset + 1))[args.offset * args.requests :]
     ex.extract(stream[0])
     print("READY", flush=True)

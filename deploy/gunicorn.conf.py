@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from app.logging import logging_config
-from app.settings import Settings, cpu_count
+from app.settings import Settings, threads_per_worker
 
 settings = Settings.from_env()
 
@@ -57,7 +57,7 @@ def post_fork(server: Any, worker: Any) -> None:
     # Settings in the worker see the worker count gunicorn really runs (a -w flag overrides the
     # environment), so TensorFlow threads are split by the right number: cores / workers.
     os.environ["SPO_WORKERS"] = str(server.cfg.workers)
-    intra = settings.intra_op_threads or max(1, cpu_count() // server.cfg.workers)
+    intra = settings.intra_op_threads or threads_per_worker(server.cfg.workers)
     server.log.info(
         "worker %s forked; loading the model (%d TF intra-op threads)", worker.pid, intra
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-DEFAULT_MAX_BATCH_TOKENS = 4096
+from nlp.config import DEFAULT_MAX_BATCH_TOKENS
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nlp.config import PROJECT_ROOT
 from nlp.errors import ManifestError
 
 FORMAT_VERSION = 1
@@ -45,7 +46,6 @@ DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # One-row batches (single-text requests) pad to a multiple of 8 tokens instead of the next length
 # bucket: about 3% padding instead of 15%, for 24 more (cheap, one-row) warm-up shapes; BENCHMARKS.md.
 DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MANIFEST_NAME = "model.json"
 
 

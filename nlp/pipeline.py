@@ -2,8 +2,10 @@
 
 Texts longer than the model's max length are split into overlapping token windows (cut, where
 possible, after a sentence end: 。！？；!?; or a line break), each window is decoded, and the results are
-merged in original-text offsets with duplicates removed: nothing is silently truncated. Only texts over
-``max_text_chars`` characters are refused, with ``TextTooLong``.
+merged in original-text offsets with duplicates removed: nothing is silently truncated. Every text is
+checked first by ``nlp.validation.check_text`` (texts over ``max_text_chars`` characters, NUL, lone
+surrogates are refused). The model call goes through a ``nlp.protocols.Runtime``: ``SessionRuntime``
+unless the caller builds the ``Extractor`` around another.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from nlp.bucketing import DEFAULT_MAX_BATCH_TOKENS, BucketSpec, pad_batch, plan_batches
+from nlp.bucketing import BucketSpec, pad_batch, plan_batches
+from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.decoding import decode_spans, decode_triples
-from nlp.errors import InvalidInput, TextTooLong
 from nlp.manifest import Manifest, load_manifest
+from nlp.protocols import Runtime
 from nlp.runtime import SessionRuntime
 from nlp.tokenization import Encoding, Tokenizer
 from nlp.types import Entity, Extraction, Span, Triple
+from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TEXT_CHARS = 10_000
 SENTENCE_ENDS = frozenset("。！？；!?;\n\r")
 
 
@@ -37,25 +40,6 @@ class Window:
     text_index: int
     start: int
     stop: int
-
-
-def check_text(text: object, max_text_chars: int, field: str = "text") -> str:
-    """``text`` if it is a valid input ``str``; else ``InvalidInput`` / ``TextTooLong`` naming ``field``."""
-    if not isinstance(text, str):
-        raise InvalidInput(f"{field} must be a string, got {type(text).__name__}", field=field)
-    if len(text) > max_text_chars:
-        raise TextTooLong(
-            f"{field} has {len(text)} characters; the limit is {max_text_chars}", field=field
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(
-            f"{field} contains a lone surrogate (U+{ord(text[exc.start]):04X}) at index {exc.start}: "
-            "not valid Unicode text",
-            field=field,
-        ) from None
-    return text
 
 
 def plan_windows(
@@ -104,7 +88,7 @@ class Extractor:
         self,
         manifest: Manifest,
         tokenizer: Tokenizer,
-        runtime: SessionRuntime,
+        runtime: Runtime,
         *,
         max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
         buckets: BucketSpec,
@@ -121,44 +105,33 @@ class Extractor:
         )
 
     @classmethod
-    def load(
-        cls,
-        model_dir: str | Path,
-        *,
-        intra_op_threads: int | None = None,
-        inter_op_threads: int | None = None,
-        max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-        precision: str = "fp32",
-        max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
-    ) -> Extractor:
-        """Validate the model directory, load the SavedModel, warm every bucket shape."""
-        if max_text_chars < 1:
-            raise ValueError("max_text_chars must be positive")
-        manifest = load_manifest(model_dir)
+    def load(cls, options: LoadOptions | str | Path, /, **changes: Any) -> Extractor:
+        """Validate the model directory, load the SavedModel, warm every bucket shape.
+
+        ``options``: a ``LoadOptions``, or a model directory; ``changes`` replace ``LoadOptions``
+        fields (``Extractor.load("models/demo", precision="bf16")``). ``nlp.config.load_extractor`` is
+        the same, importable without TensorFlow.
+        """
+        if not isinstance(options, LoadOptions):
+            options = LoadOptions(Path(options))
+        options = options.replace(**changes) if changes else options
+        problems = options.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        manifest = load_manifest(options.model_dir)
         tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
         buckets = BucketSpec(
             manifest.length_buckets,
             manifest.batch_buckets,
-            max_batch_tokens,
+            options.max_batch_tokens,
             single_row_step=manifest.single_row_length_step,
         )
-        runtime = SessionRuntime(
-            manifest.directory,
-            shapes=buckets.shapes(),
-            input_names=manifest.input_names,
-            output_names=manifest.output_names,
-            n_outputs=manifest.n_outputs,
-            vocab_size=tokenizer.vocab_size,
-            intra_op_threads=intra_op_threads,
-            inter_op_threads=inter_op_threads,
-            precision=precision,
+        runtime = SessionRuntime.for_model(
+            manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
         )
-        return cls(manifest, tokenizer, runtime, max_text_chars=max_text_chars, buckets=buckets)
-
-    # -- validation ------------------------------------------------------------------------------
-    def check_text(self, text: object, field: str = "text") -> None:
-        """Raise ``InvalidInput`` / ``TextTooLong`` if ``text`` cannot be extracted from."""
-        check_text(text, self.max_text_chars, field)
+        return cls(
+            manifest, tokenizer, runtime, max_text_chars=options.max_text_chars, buckets=buckets
+        )
 
     # -- extraction ------------------------------------------------------------------------------
     def extract(self, text: str) -> Extraction:

@@ -24,11 +24,12 @@ import numpy as np
 import numpy.typing as npt
 import tensorflow as tf
 
+from nlp.config import DEFAULT_PRECISION, PRECISIONS, LoadOptions
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
+from nlp.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16")
 SIGNATURE = "serving_default"
 
 
@@ -168,7 +169,7 @@ class SessionRuntime:
         vocab_size: int,
         intra_op_threads: int | None = None,
         inter_op_threads: int | None = None,
-        precision: str = "fp32",
+        precision: str = DEFAULT_PRECISION,
         seed: int = 0,
     ) -> None:
         if precision not in PRECISIONS:
@@ -223,6 +224,29 @@ class SessionRuntime:
             self.load_seconds,
             self.warm_seconds,
             precision,
+        )
+
+    @classmethod
+    def for_model(
+        cls,
+        manifest: Manifest,
+        options: LoadOptions,
+        *,
+        shapes: Iterable[tuple[int, int]],
+        vocab_size: int,
+    ) -> SessionRuntime:
+        """The runtime of ``manifest``'s directory, with the threads and precision of ``options``,
+        warmed on ``shapes``."""
+        return cls(
+            manifest.directory,
+            shapes=shapes,
+            input_names=manifest.input_names,
+            output_names=manifest.output_names,
+            n_outputs=manifest.n_outputs,
+            vocab_size=vocab_size,
+            intra_op_threads=options.intra_op_threads,
+            inter_op_threads=options.inter_op_threads,
+            precision=options.precision,
         )
 
     # -- loading -------------------------------------------------------------------------------

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
-from nlp.manifest import PROJECT_ROOT, manifest_document, sha256_file
+from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PROJECT_ROOT
+from nlp.manifest import manifest_document, sha256_file
 from nlp.tokenization import Tokenizer
 from training.corpus import schema_documents
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
 # 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
 DEMO_BERT_CONFIG: dict[str, Any] = {
     "hidden_size": 128,
@@ -53,7 +53,7 @@ MAX_PAIR_LABELS = 8
 class TrainConfig:
     train_path: Path
     out_dir: Path
-    vocab_path: Path = DEFAULT_VOCAB
+    vocab_path: Path = DEMO_VOCAB
     epochs: int = 3
     batch_size: int = 32
     learning_rate: float = 5e-4
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="Train a GPLinker model on a JSONL corpus.")
     parser.add_argument("train_path", type=Path)
-    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "models" / "demo")
+    parser.add_argument("--out", type=Path, default=DEMO_MODEL_DIR)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)

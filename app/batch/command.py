@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 
 from app.batch.output import OutputError
-from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.records import InputError
+from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
-from app.settings import DEFAULT_MODEL_DIR, PRECISIONS
+from app.options import precision_option
+from app.settings import DEFAULT_MODEL_DIR
+from nlp.config import DEFAULT_MAX_TEXT_CHARS
 from nlp.errors import SpoError
 
 
@@ -103,11 +105,11 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 @click.option(
     "--max-text-chars",
     type=click.IntRange(1),
-    default=10_000,
+    default=DEFAULT_MAX_TEXT_CHARS,
     show_default=True,
     help="Longer texts get a text_too_long error record.",
 )
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@precision_option()
 def extract(
     inputs: tuple[str, ...],
     output: str,

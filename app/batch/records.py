@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from nlp.errors import InvalidInput, SpoError, TextTooLong
+from nlp.validation import json_type
 
 FORMATS = ("txt", "jsonl")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -222,17 +223,11 @@ def _parse(
             record_id,
             None,
             InvalidInput(
-                f"line {line_no}: {text_field} must be a string, got {_json_type(text)}",
+                f"line {line_no}: {text_field} must be a string, got {json_type(text)}",
                 field=text_field,
             ),
         )
     return Record(record_id, text)
-
-
-def _json_type(value: Any) -> str:
-    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(
-        type(value), "null" if value is None else type(value).__name__
-    )
 
 
 def is_same_file(a: str, b: str) -> bool:

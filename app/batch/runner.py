@@ -51,13 +51,13 @@ from app.batch.records import (
 from app.batch.workers import (
     ExtractorFactory,
     InlineExecutor,
-    LoadSpec,
     Outcome,
     ProcessExecutor,
+    WorkSpec,
     error_outcome,
-    load_extractor,
 )
-from app.settings import DEFAULT_MODEL_DIR, PRECISIONS, cpu_count
+from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
+from nlp.config import DEFAULT_MAX_TEXT_CHARS, DEFAULT_PRECISION, LoadOptions, load_extractor
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,20 @@ class BatchOptions:
     force: bool = False
     window: int = 2048
     chunk_size: int = 64
-    max_text_chars: int = 10_000
-    precision: str = "fp32"
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    precision: str = DEFAULT_PRECISION
     intra_op_threads: int | None = None
+
+    def load_options(self) -> LoadOptions:
+        """How each worker loads the model: cores / workers TensorFlow threads unless given."""
+        return LoadOptions(
+            Path(self.model_dir),
+            precision=self.precision,
+            intra_op_threads=self.intra_op_threads
+            or (threads_per_worker(self.workers) if self.workers else None),
+            inter_op_threads=1,
+            max_text_chars=self.max_text_chars,
+        )
 
     def problems(self) -> list[str]:
         out = []
@@ -99,10 +110,9 @@ class BatchOptions:
             out.append("--window and the chunk size must be positive")
         if not self.text_field or not self.id_field:
             out.append("--text-field and --id-field must not be empty")
-        if self.precision not in PRECISIONS:
-            out.append(f"--precision must be one of {', '.join(PRECISIONS)}")
-        if self.max_text_chars < 1:
-            out.append("--max-text-chars must be positive")
+        for problem in self.load_options().problems():  # named as the command's flags
+            name, rest = problem.split(" ", 1)
+            out.append(f"--{name.replace('_', '-')} {rest}")
         if self.resume and self.output == "-":
             out.append("--resume needs an output file (-o), not stdout")
         if self.output != "-":
@@ -197,15 +207,7 @@ def run_batch(
     summary.earlier_errors = output.checkpoint.errors
     total = _total(sources, options) if progress else None
 
-    spec = LoadSpec(
-        model_dir=Path(options.model_dir),
-        max_text_chars=options.max_text_chars,
-        precision=options.precision,
-        intra_op_threads=options.intra_op_threads
-        or (max(1, cpu_count() // options.workers) if options.workers else None),
-        inter_op_threads=1,
-        text_field=options.text_field,
-    )
+    spec = WorkSpec(options.load_options(), text_field=options.text_field)
     executor: InlineExecutor | ProcessExecutor
     if options.workers == 0:
         executor = InlineExecutor(factory, spec)

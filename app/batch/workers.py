@@ -5,7 +5,8 @@ complete (any order; the caller restores input order). An outcome is the output 
 JSON bytes: ``"entities":[...],"triples":[...]`` or ``"error":{"code":...,"message":...}``.
 
 Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
-own ``Extractor`` with ``intra_op = cores / workers``, and is replaced after ``recycle_after`` texts or
+own extractor with the run's ``nlp.config.LoadOptions`` (``intra_op = cores / workers``: see
+``app.settings.threads_per_worker``), and is replaced after ``recycle_after`` texts or
 when its RSS is over ``max_rss_mb``, between chunks, so no chunk is lost or reordered. A worker that
 dies mid-chunk is replaced and the chunk is run again once; a second death stops the run (the output
 stays resumable).
@@ -24,73 +25,55 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from app.batch.output import encode_outcome
+from app.problems import INTERNAL_ERROR
+from nlp.config import LoadOptions
 from nlp.errors import ModelLoadError, SpoError
-from nlp.types import Extraction
+from nlp.protocols import ExtractorLike
+from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
 
 Outcome = bytes  # an output line's body, see app.batch.output.encode_outcome
 Chunk = tuple[int, list[str]]
-INTERNAL_ERROR = encode_outcome(
-    {"error": {"code": "internal_error", "message": "unexpected error on this text (see the log)"}}
+INTERNAL_ERROR_OUTCOME = encode_outcome(
+    {
+        "error": {
+            "code": INTERNAL_ERROR.code,
+            "message": "unexpected error on this text (see the log)",
+        }
+    }
 )
 
-
-class ExtractorLike(Protocol):
-    def check_text(self, text: object, field: str = "text") -> None: ...
-
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]: ...
-
-    def close(self) -> None: ...
+# Loads a worker's extractor: ``nlp.config.load_extractor``, or a picklable fake in tests.
+ExtractorFactory = Callable[[LoadOptions], ExtractorLike]
 
 
 @dataclass(frozen=True)
-class LoadSpec:
-    """How a worker loads its extractor; picklable, so it crosses the spawn boundary."""
+class WorkSpec:
+    """What a worker needs to start: how to load the model, and how its texts are checked."""
 
-    model_dir: Path
-    max_text_chars: int = 10_000
-    precision: str = "fp32"
-    intra_op_threads: int | None = None
-    inter_op_threads: int | None = 1
+    options: LoadOptions
     text_field: str = "text"
-
-
-ExtractorFactory = Callable[[LoadSpec], ExtractorLike]
 
 
 class WorkerError(Exception):
     """A worker failed to start, or died twice on the same chunk."""
 
 
-def load_extractor(spec: LoadSpec) -> ExtractorLike:
-    """The real ``Extractor`` (TensorFlow is imported here, in the process that runs it)."""
-    from nlp.pipeline import Extractor
-
-    return Extractor.load(
-        spec.model_dir,
-        intra_op_threads=spec.intra_op_threads,
-        inter_op_threads=spec.inter_op_threads,
-        max_text_chars=spec.max_text_chars,
-        precision=spec.precision,
-    )
-
-
 def error_outcome(exc: SpoError) -> Outcome:
     return encode_outcome({"error": {"code": exc.code, "message": exc.message}})
 
 
-def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text") -> list[Outcome]:
+def run_chunk(extractor: ExtractorLike, texts: Sequence[str], spec: WorkSpec) -> list[Outcome]:
     """Outcomes for ``texts``: each is checked first, so one bad text never fails its neighbours."""
     out: list[Outcome | None] = [None] * len(texts)
     valid: list[int] = []
     for i, text in enumerate(texts):
         try:
-            extractor.check_text(text, field)
+            check_text(text, spec.options.max_text_chars, spec.text_field)
         except SpoError as exc:
             out[i] = error_outcome(exc)
         else:
@@ -104,7 +87,7 @@ def run_chunk(extractor: ExtractorLike, texts: Sequence[str], field: str = "text
             logger.exception("batch of %d texts failed; retrying them one at a time", len(valid))
             for i in valid:
                 out[i] = _run_one(extractor, texts[i])
-    return [o if o is not None else INTERNAL_ERROR for o in out]
+    return [o if o is not None else INTERNAL_ERROR_OUTCOME for o in out]
 
 
 def _run_one(extractor: ExtractorLike, text: str) -> Outcome:
@@ -114,23 +97,23 @@ def _run_one(extractor: ExtractorLike, text: str) -> Outcome:
         return error_outcome(exc)
     except Exception:
         logger.exception("text of %d characters failed", len(text))
-        return INTERNAL_ERROR
+        return INTERNAL_ERROR_OUTCOME
 
 
 class InlineExecutor:
     """Runs chunks in this process (``--workers 0``, tests, debugging)."""
 
-    def __init__(self, factory: ExtractorFactory, spec: LoadSpec) -> None:
+    def __init__(self, factory: ExtractorFactory, spec: WorkSpec) -> None:
         self.factory, self.spec = factory, spec
         self.extractor: ExtractorLike | None = None
 
     def start(self) -> None:
-        self.extractor = self.factory(self.spec)
+        self.extractor = self.factory(self.spec.options)
 
     def map_unordered(self, chunks: Iterable[Chunk]) -> Iterator[tuple[int, list[Outcome]]]:
         assert self.extractor is not None, "start() first"
         for chunk_id, texts in chunks:
-            yield chunk_id, run_chunk(self.extractor, texts, self.spec.text_field)
+            yield chunk_id, run_chunk(self.extractor, texts, self.spec)
 
     def close(self, graceful: bool = True) -> None:
         if self.extractor is not None:
@@ -138,13 +121,13 @@ class InlineExecutor:
             self.extractor = None
 
 
-def _worker_main(conn: Connection, factory: ExtractorFactory, spec: LoadSpec) -> None:
+def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) -> None:
     """A worker process: load, say ready, then answer chunks until told to stop or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import psutil
 
     try:
-        extractor = factory(spec)
+        extractor = factory(spec.options)
     except SpoError as exc:
         conn.send(("failed", f"{exc.code}: {exc.message}"))
         return
@@ -162,7 +145,7 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: LoadSpec) ->
             if message is None:
                 break
             chunk_id, texts = message
-            outcomes = run_chunk(extractor, texts, spec.text_field)
+            outcomes = run_chunk(extractor, texts, spec)
             try:
                 conn.send(("done", chunk_id, outcomes, me.memory_info().rss))
             except OSError:
@@ -172,7 +155,7 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: LoadSpec) ->
 
 
 class _Worker:
-    def __init__(self, ctx: Any, factory: ExtractorFactory, spec: LoadSpec) -> None:
+    def __init__(self, ctx: Any, factory: ExtractorFactory, spec: WorkSpec) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(
             target=_worker_main, args=(child, factory, spec), name="spo-extract-worker", daemon=True
@@ -201,7 +184,7 @@ class ProcessExecutor:
     def __init__(
         self,
         factory: ExtractorFactory,
-        spec: LoadSpec,
+        spec: WorkSpec,
         workers: int,
         *,
         recycle_after: int = 0,

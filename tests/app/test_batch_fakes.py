@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.batch.workers import LoadSpec
-from nlp.errors import InvalidInput, TextTooLong
+from nlp.config import LoadOptions
 from nlp.types import Entity, Extraction, Span
+from nlp.validation import check_text
 
 BOOM = "💥"
 
@@ -31,26 +31,18 @@ class FakeFactory:
     die_always: bool = False
     raise_on: str | None = None
 
-    def __call__(self, spec: LoadSpec) -> FakeExtractor:
-        return FakeExtractor(spec, self)
+    def __call__(self, options: LoadOptions) -> FakeExtractor:
+        return FakeExtractor(options, self)
 
 
 class FakeExtractor:
-    """Finds every '北京' (地点) and every '张三' (人物); validates like ``nlp.pipeline.check_text``."""
+    """Finds every '北京' (地点) and every '张三' (人物); checks texts as ``Extractor`` does."""
 
-    def __init__(self, spec: LoadSpec, factory: FakeFactory) -> None:
-        self.spec, self.factory = spec, factory
+    manifest = None  # the batch command never reads it
+
+    def __init__(self, options: LoadOptions, factory: FakeFactory) -> None:
+        self.options, self.factory = options, factory
         self.calls = 0
-
-    def check_text(self, text: object, field: str = "text") -> None:
-        if not isinstance(text, str):
-            raise InvalidInput(f"{field} must be a string")
-        if len(text) > self.spec.max_text_chars:
-            raise TextTooLong(f"{field} has {len(text)} characters")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInput(f"{field} contains a lone surrogate") from None
 
     def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
         self.calls += 1
@@ -68,7 +60,7 @@ class FakeExtractor:
         if f.raise_on and any(f.raise_on in t for t in texts):
             raise RuntimeError("a bug")
         for t in texts:
-            self.check_text(t)
+            check_text(t, self.options.max_text_chars)
         return [self._one(t) for t in texts]
 
     @staticmethod

@@ -4,14 +4,15 @@ from pathlib import Path
 import pytest
 
 import nlp  # noqa: F401
+from nlp.config import DEMO_VOCAB
 from nlp.tokenization import Tokenizer
 from training.corpus import PREDICATES, CorpusGenerator
-from training.train import DEFAULT_VOCAB, encode_record, make_batch
+from training.train import encode_record, make_batch
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return Tokenizer.from_file(DEFAULT_VOCAB)
+    return Tokenizer.from_file(DEMO_VOCAB)
 
 
 def test_train_labels_align_to_server_token_offsets(tokenizer: Tokenizer) -> None:

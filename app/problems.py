@@ -1,0 +1,74 @@
+"""The one catalogue of error codes: every code the service, the batch command or nginx answers with.
+
+Each ``Problem`` is a code, its HTTP status, what it means, and where it can appear: ``rest`` (a
+problem+json answer, listed in ``/openapi.json`` and ``docs/rest.md``) and ``batch`` (an error record or
+the message a failed ``spo extract`` run exits with, listed in ``docs/batch.md``). The REST translator
+(``app.errors``), the batch error records (``app.batch``), the OpenAPI document (``app.openapi``) and the
+tests all read this table; adding a code is adding one line to it. Library errors (``nlp.errors``)
+carry their own ``code``, which must be catalogued here (a test checks every ``SpoError`` subclass).
+
+Codes are part of the public API: never rename one. No Flask here (the batch workers import it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    status: int
+    meaning: str
+    rest: bool = True
+    batch: bool = False
+
+    @property
+    def title(self) -> str:
+        """The RFC 9457 ``title``: the status's reason phrase."""
+        return HTTPStatus(self.status).phrase
+
+
+CATALOGUE: dict[str, Problem] = {
+    p.code: p
+    for p in (
+        Problem("invalid_json", 400, "the body (a batch line) is not a UTF-8 JSON document (object)", batch=True),
+        Problem("bad_request", 400, "the HTTP request itself is malformed"),
+        Problem("unauthorized", 401, "a valid bearer token is required"),
+        Problem("not_found", 404, "no such endpoint"),
+        Problem("method_not_allowed", 405, "the endpoint does not accept this method (see Allow)"),
+        Problem("body_too_large", 413, "the body is over the size limit"),
+        Problem("unsupported_media_type", 415, "the body must be sent as application/json (UTF-8)"),
+        Problem("invalid_input", 422, "a field has the wrong type or an invalid value (NUL, lone surrogate)", batch=True),
+        Problem("unknown_field", 422, "the document has a field this endpoint does not know"),
+        Problem("empty_texts", 422, "texts is an empty list"),
+        Problem("too_many_texts", 422, "texts has more items than the limit"),
+        Problem("text_too_long", 422, "a text has more characters than the limit", batch=True),
+        Problem("internal_error", 500, "unexpected error; logged with its traceback, nothing internal disclosed", batch=True),
+        Problem("model_not_ready", 503, "the model is still loading or failed to load; retry later"),
+        Problem("model_load_error", 503, "the model directory cannot be loaded", batch=True),
+        Problem("invalid_manifest", 503, "model.json is missing a field or has an invalid one", batch=True),
+        Problem("unsupported_precision", 503, "the precision cannot run on this CPU or build", batch=True),
+        Problem("service_unavailable", 503, "nginx cannot reach the application server; retry later"),
+    )
+}  # fmt: skip
+
+INTERNAL_ERROR = CATALOGUE["internal_error"]
+
+
+def problem_for(code: str) -> Problem:
+    """The catalogued problem of ``code``; ``KeyError`` names an uncatalogued one."""
+    try:
+        return CATALOGUE[code]
+    except KeyError:
+        raise KeyError(f"error code {code!r} is not in app.problems.CATALOGUE") from None
+
+
+def codes(*, status: int | None = None, batch: bool | None = None) -> list[str]:
+    """Catalogued codes, optionally only those of ``status`` or of the batch command."""
+    return [
+        p.code
+        for p in CATALOGUE.values()
+        if (status is None or p.status == status) and (batch is None or p.batch == batch)
+    ]

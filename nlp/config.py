@@ -1,0 +1,89 @@
+"""What a caller configures, defined once: the model-loading options, the limits and their defaults.
+
+``LoadOptions`` is the one description of how to load a model directory (the service's settings, the
+batch command's options and the benchmarks each build one), and ``load_extractor`` the one loader.
+No TensorFlow here: this module is imported by the gunicorn master and the batch command, which must
+stay light; ``load_extractor`` imports ``nlp.pipeline`` (and with it TensorFlow) only when it runs.
+
+>>> LoadOptions("models/demo", precision="fp64").problems()
+["precision must be one of fp32, bf16, got 'fp64'"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nlp.pipeline import Extractor
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEMO_MODEL_DIR = PROJECT_ROOT / "models" / "demo"
+DEMO_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
+
+# The most characters in one text, unless configured otherwise (REST, batch and library alike).
+DEFAULT_MAX_TEXT_CHARS = 10_000
+# The most tokens (rows x padded length) in one model call (``nlp.bucketing``); None: no cap.
+DEFAULT_MAX_BATCH_TOKENS = 4096
+
+# Precision modes the runtime can run (``nlp.runtime`` implements each): name -> what it needs.
+# Adding a mode is one line here; every choice list, check and help text is derived from this table.
+PRECISIONS: dict[str, str] = {
+    "fp32": "float32 on any CPU (the default)",
+    "bf16": "bfloat16 matmuls; needs a CPU with AVX-512 BF16 or AMX",
+}
+DEFAULT_PRECISION = "fp32"
+
+
+def precision_help() -> str:
+    """One line naming every precision and what it needs (for ``--help`` and settings)."""
+    return "; ".join(f"{name}: {needs}" for name, needs in PRECISIONS.items())
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load one model directory. Frozen and picklable (it crosses the batch workers' spawn).
+
+    ``intra_op_threads`` / ``inter_op_threads``: TensorFlow's thread pools (``None``: TensorFlow's
+    default); ``max_text_chars``: longer texts are refused with ``TextTooLong``;
+    ``max_batch_tokens``: the most tokens in one model call (``None``: no cap; ``nlp.bucketing``).
+    """
+
+    model_dir: Path
+    precision: str = DEFAULT_PRECISION
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_dir", Path(self.model_dir))
+
+    def replace(self, **changes: Any) -> LoadOptions:
+        return dataclasses.replace(self, **changes)
+
+    def problems(self) -> list[str]:
+        """Every invalid option, in words (empty when all is well). Model files are checked on load."""
+        out = []
+        if self.precision not in PRECISIONS:
+            out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.max_text_chars < 1:
+            out.append(f"max_text_chars must be positive, got {self.max_text_chars}")
+        for name in ("intra_op_threads", "inter_op_threads", "max_batch_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                out.append(f"{name} must be positive, got {value}")
+        return out
+
+
+def load_extractor(options: LoadOptions) -> Extractor:
+    """The one loader: validate the model directory, load the SavedModel, warm every bucket shape.
+
+    A plain module-level function (picklable, so the batch command hands it to spawned workers);
+    TensorFlow is imported here, in the process that runs the model, never at import time.
+    """
+    from nlp.pipeline import Extractor
+
+    return Extractor.load(options)

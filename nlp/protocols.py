@@ -1,0 +1,48 @@
+"""The two interfaces between the stages, written down: ``Runtime`` and ``ExtractorLike``.
+
+``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime`` implements it,
+and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``), which is how they sit under the
+same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch command
+need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy.typing as npt
+
+from nlp.manifest import Manifest
+from nlp.types import Extraction
+
+
+class Runtime(Protocol):
+    """A loaded model, fed padded ``(batch, length)`` token and segment ids, returning numpy outputs."""
+
+    # The shapes warmed at load (``run`` accepts only these); empty for a runtime that takes any shape.
+    shapes: frozenset[tuple[int, int]]
+    # Every shape ``run`` has been fed since load.
+    shapes_fed: set[tuple[int, int]]
+    # Seconds spent loading and warming (0.0 for a runtime that does not warm).
+    load_seconds: float
+    warm_seconds: float
+
+    def run(
+        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
+    ) -> list[npt.NDArray[Any]]:
+        """The model's outputs in role order, each ``(batch, heads, length, length)``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ExtractorLike(Protocol):
+    """What the service (``app.model_slot``) and the batch command (``app.batch``) use of an extractor."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]: ...
+
+    def close(self) -> None: ...
