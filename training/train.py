@@ -28,7 +28,7 @@ import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PROJECT_ROOT
 from nlp.manifest import manifest_document, sha256_file
 from nlp.tokenization import Tokenizer
-from training.corpus import schema_documents
+from training.schema import schema_documents
 
 logger = logging.getLogger(__name__)
 

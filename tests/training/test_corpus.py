@@ -3,14 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from training.corpus import (
-    PREDICATES,
-    SPOUSE_INVERSE,
-    TEMPLATES,
-    CorpusGenerator,
-    _split_of,
-    write_corpus,
-)
+from training.corpus import CorpusGenerator, _split_of, write_corpus
+from training.schema import PREDICATES, SPOUSE_INVERSE
+from training.wordlists import TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +80,7 @@ def test_corpus_heldout_names_are_disjoint_from_training() -> None:
     train = list(CorpusGenerator(seed=1).records(800))
     held = list(CorpusGenerator(seed=2, split="heldout").records(300))
     people = {"人物"}
-    from training.corpus import SCHEMA
+    from training.schema import SCHEMA
 
     person_preds = {p for p, s, _ in SCHEMA if s in people}
     held_people = {s for r in held for s, p, _ in r.triples if p in person_preds}

@@ -6,7 +6,8 @@ import pytest
 import nlp  # noqa: F401
 from nlp.config import DEMO_VOCAB
 from nlp.tokenization import Tokenizer
-from training.corpus import PREDICATES, CorpusGenerator
+from training.corpus import CorpusGenerator
+from training.schema import PREDICATES
 from training.train import encode_record, make_batch
 
 
