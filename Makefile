@@ -45,9 +45,9 @@ bench: venv  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 demo-model: venv  ## rebuild models/demo exactly as committed (about 25 min on 2 idle CPU cores)
-	$(BIN)/python -m training.corpus data/train.jsonl --n 48000 --seed 1
-	$(BIN)/python -m training.train data/train.jsonl --out models/demo --max-steps 4000 --lr 2e-3 --warmup 300 --dropout 0 --max-minutes 29 --seed 1
-	$(BIN)/python -m training.corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
+	$(BIN)/spo make-corpus data/train.jsonl --n 48000 --seed 1
+	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 4000 --lr 2e-3 --warmup 300 --dropout 0 --max-minutes 29 --seed 1
+	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
 

@@ -1,7 +1,8 @@
 """Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``.
 
-Thin click wrappers over ``training.*`` (imported inside each command, so ``spo --help`` stays fast
-and the web process never loads training code).
+Thin click wrappers over ``training.*``, the only command lines of those modules (imported inside each
+command, so ``spo --help`` stays fast; ``training.config`` is light: it gives ``spo train`` its
+defaults). The web process never imports this module.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import click
 
 from app.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB
+from training.config import TrainConfig
 
 
 @click.command("make-corpus")
@@ -44,10 +46,18 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
     default=DEMO_MODEL_DIR,
     show_default=True,
 )
-@click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--lr", type=float, default=1e-3, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=TrainConfig.batch_size, show_default=True
+)
+@click.option("--lr", type=float, default=TrainConfig.learning_rate, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=TrainConfig.warmup_steps,
+    show_default=True,
+    help="Learning-rate warm-up steps.",
+)
 @click.option(
     "--max-steps",
     type=click.IntRange(min=1),
@@ -60,11 +70,11 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.option(
     "--max-minutes",
     type=float,
-    default=22.0,
+    default=TrainConfig.max_minutes,
     show_default=True,
     help="Safety net: stop training after this long (the export still runs).",
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
 def train_command(
     train_path: Path,
     out: Path,
@@ -78,7 +88,7 @@ def train_command(
     seed: int,
 ) -> None:
     """Train a GPLinker model (random init, demo encoder) on TRAIN_PATH and export it to --out."""
-    from training.train import TrainConfig, train
+    from training.train import train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = train(

@@ -7,9 +7,10 @@ the same tokenizer the server uses. Inputs come in a few fixed lengths so the gr
 times only. With ``max_steps`` the run is exactly that many steps (the learning-rate schedule spans
 them and epochs repeat as needed), so a rerun with the same seed does the same work on any machine;
 without it, training runs ``epochs``. ``max_minutes`` is only a safety net (``stopped_early`` in
-``training.json`` says it fired).
+``training.json`` says it fired). The settings and their defaults are ``training.config.TrainConfig``;
+the command line is ``spo train`` (``app/modelcli.py``)::
 
-    python -m training.train data/train.jsonl --out models/demo --max-steps 3000 --seed 1
+    spo train data/train.jsonl --out models/demo --max-steps 3000 --seed 1
 """
 
 from __future__ import annotations
@@ -20,53 +21,22 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
-from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PROJECT_ROOT
+from nlp.config import PROJECT_ROOT
 from nlp.manifest import manifest_document, sha256_file
 from nlp.tokenization import Tokenizer
+from training.config import TrainConfig
 from training.schema import schema_documents
 
 logger = logging.getLogger(__name__)
 
-# 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
-DEMO_BERT_CONFIG: dict[str, Any] = {
-    "hidden_size": 128,
-    "num_hidden_layers": 6,
-    "num_attention_heads": 4,
-    "intermediate_size": 512,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 128,
-    "type_vocab_size": 2,
-}
 TRAIN_LENGTHS = (32, 64, 96, 128)
 MAX_ENTITY_LABELS = 16
 MAX_PAIR_LABELS = 8
-
-
-@dataclass
-class TrainConfig:
-    train_path: Path
-    out_dir: Path
-    vocab_path: Path = DEMO_VOCAB
-    epochs: int = 3
-    batch_size: int = 32
-    learning_rate: float = 5e-4
-    warmup_steps: int = 200
-    max_steps: int | None = None
-    max_minutes: float = 25.0
-    dropout: float | None = None
-    max_length: int = 128
-    head_size: int = 64
-    seed: int = 1
-    name: str = "demo"
-    version: str = "1"
-    bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))
 
 
 @dataclass
@@ -315,41 +285,3 @@ def train(config: TrainConfig) -> Path:
         encoding="utf-8",
     )
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Train a GPLinker model on a JSONL corpus.")
-    parser.add_argument("train_path", type=Path)
-    parser.add_argument("--out", type=Path, default=DEMO_MODEL_DIR)
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument(
-        "--max-steps", type=int, default=None, help="exact run length (overrides --epochs)"
-    )
-    parser.add_argument("--warmup", type=int, default=200, help="learning-rate warm-up steps")
-    parser.add_argument("--dropout", type=float, default=None, help="encoder dropout (default 0.1)")
-    parser.add_argument("--max-minutes", type=float, default=22.0, help="safety net only")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    train(
-        TrainConfig(
-            train_path=args.train_path,
-            out_dir=args.out,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.lr,
-            warmup_steps=args.warmup,
-            max_steps=args.max_steps,
-            max_minutes=args.max_minutes,
-            dropout=args.dropout,
-            seed=args.seed,
-        )
-    )
-
-
-if __name__ == "__main__":
-    main()

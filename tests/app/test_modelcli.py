@@ -29,3 +29,21 @@ def test_evaluate_refuses_bf16_on_a_cpu_without_it(triples_model_dir, monkeypatc
     )
     assert result.exit_code == 1
     assert "bf16" in result.output and "Traceback" not in result.output
+
+
+def test_modelcli_train_defaults_are_train_config_defaults():
+    from training.config import TrainConfig
+
+    params = {p.name: p.default for p in main.commands["train"].params}
+    assert params["epochs"] == TrainConfig.epochs and params["lr"] == TrainConfig.learning_rate
+    assert params["warmup"] == TrainConfig.warmup_steps
+    assert params["max_minutes"] == TrainConfig.max_minutes and params["seed"] == TrainConfig.seed
+
+
+def test_modelcli_make_corpus_writes_the_generator_output(tmp_path):
+    from training.corpus import write_corpus
+
+    result = CliRunner().invoke(main, ["make-corpus", str(tmp_path / "a.jsonl"), "--n", "30"])
+    assert result.exit_code == 0, result.output
+    write_corpus(tmp_path / "b.jsonl", 30, seed=1)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()

@@ -1,0 +1,49 @@
+"""What a training run can be told, with the one set of defaults (``spo train`` shows and uses them).
+
+Light on purpose (no TensorFlow, no bert4keras): ``app/modelcli.py`` imports it to build
+``spo train --help``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlp.config import DEMO_VOCAB
+
+# 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
+DEMO_BERT_CONFIG: dict[str, Any] = {
+    "hidden_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 128,
+    "type_vocab_size": 2,
+}
+
+
+@dataclass
+class TrainConfig:
+    """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety
+    net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder)."""
+
+    train_path: Path
+    out_dir: Path
+    vocab_path: Path = DEMO_VOCAB
+    epochs: int = 4
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_steps: int = 200
+    max_steps: int | None = None
+    max_minutes: float = 22.0
+    dropout: float | None = None
+    max_length: int = 128
+    head_size: int = 64
+    seed: int = 1
+    name: str = "demo"
+    version: str = "1"
+    bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))
