@@ -1,8 +1,8 @@
 """One logging setup (text or JSON lines) and the request id every log line and answer carries.
 
 ``logging_config(settings)`` is a ``logging.config.dictConfig`` document: gunicorn applies it to its own
-loggers and the root logger (``logconfig_dict`` in ``deploy/gunicorn.conf.py``), ``configure_logging``
-applies it elsewhere. ``create_app`` never configures logging: the process that runs the app does.
+loggers and the root logger (``logconfig_dict`` in ``deploy/gunicorn.conf.py``). ``create_app`` never
+configures logging: the process that runs the app does.
 
 The request id is the client's ``X-Request-ID`` (nginx sets one from ``$request_id`` when the client did
 not) when it is a sane token, else a fresh one; it is echoed in the ``X-Request-ID`` response header and
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.config
 import re
 import time
 import uuid
@@ -113,7 +112,3 @@ def logging_config(settings: Settings) -> dict[str, Any]:
             "gunicorn.access": {"level": "INFO", "handlers": ["stdout"], "propagate": False},
         },
     }
-
-
-def configure_logging(settings: Settings) -> None:
-    logging.config.dictConfig(logging_config(settings))

@@ -169,9 +169,3 @@ def build_model(force: bool = False) -> dict[str, Path]:
         "built RBT6 GPLinker (%d parameters) in %.0fs", params, time.perf_counter() - started
     )
     return dirs
-
-
-def model_info() -> dict[str, Any]:
-    path = model_dirs()["graph"].parent / "info.json"
-    info: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    return info
