@@ -1,15 +1,19 @@
 """The OpenAPI 3.0 document served at ``/openapi.json``, built from the live settings.
 
-Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones, and every problem response
-the code can give is listed, so schemathesis can check the service against this document (the live tests
-do). Codes and their meanings come from ``app.problems``. Keep it in step with ``app.api``.
+Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones. Problem responses are
+generated from the error catalogue (``app.problems``): an operation names the codes it can answer and
+gets one response per status, listing those codes (the schema allows exactly them) with their
+meanings and ``Retry-After`` where the catalogue says so. ``tests/app/test_openapi.py`` checks that
+every route is documented, and that the answers the service really gives (status and code) are the
+ones this document declares; schemathesis checks the whole document against the running service
+(``tests/app/test_live.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.problems import CATALOGUE
+from app.problems import CATALOGUE, Problem, problem_for
 from app.settings import Settings
 
 # Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
@@ -21,19 +25,31 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _problem(
-    description: str, codes: list[str], headers: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    listed = "; ".join(f"`{c}`: {CATALOGUE[c].meaning}" for c in codes)
-    response: dict[str, Any] = {
-        "description": f"{description} ({listed})",
-        "headers": {
-            "X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"},
-            **(headers or {}),
-        },
-        "content": {"application/problem+json": {"schema": _ref("Problem")}},
-    }
-    return response
+def _problems(*codes: str) -> dict[str, Any]:
+    """The problem responses of an operation that answers ``codes``, one per status, generated from
+    the catalogue: each lists its codes and their meanings, its schema allows exactly those codes,
+    and it declares ``Retry-After`` when a code is answered with one."""
+    by_status: dict[int, list[Problem]] = {}
+    for code in codes:
+        entry = problem_for(code)
+        by_status.setdefault(entry.status, []).append(entry)
+    responses: dict[str, Any] = {}
+    for status, entries in sorted(by_status.items()):
+        headers: dict[str, Any] = {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}}
+        if any(e.retry_after for e in entries):
+            headers["Retry-After"] = {"schema": {"type": "string"}, "description": "seconds"}
+        schema = {
+            "allOf": [
+                _ref("Problem"),
+                {"properties": {"code": {"type": "string", "enum": [e.code for e in entries]}}},
+            ]
+        }
+        responses[str(status)] = {
+            "description": "; ".join(f"`{e.code}`: {e.meaning}" for e in entries),
+            "headers": headers,
+            "content": {"application/problem+json": {"schema": schema}},
+        }
+    return responses
 
 
 def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +60,9 @@ def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+# Every operation may meet malformed HTTP or fail unexpectedly; /v1/ ones may want a token.
+_ALWAYS = ("bad_request", "internal_error")
+_NOT_READY = ("model_not_ready", "service_unavailable")
 
 
 def build_spec(settings: Settings) -> dict[str, Any]:
@@ -177,22 +195,14 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "type": {"type": "string"},
                 "title": {"type": "string"},
                 "status": {"type": "integer"},
-                "code": {"type": "string", "description": ", ".join(sorted(CATALOGUE))},
+                "code": {"type": "string", "enum": sorted(CATALOGUE)},
                 "detail": {"type": "string"},
                 "field": {"type": "string", "description": "the offending field, e.g. texts[3]"},
                 "request_id": {"type": "string"},
             },
         },
     }
-    auth = (
-        {"401": _problem("Missing or wrong bearer token", ["unauthorized"])}
-        if settings.auth_enabled
-        else {}
-    )
-    not_ready = _problem(
-        "The model is not loaded yet", ["model_not_ready", "service_unavailable"], _RETRY_AFTER
-    )
-    server_error = _problem("Unexpected error; nothing internal is disclosed", ["internal_error"])
+    auth = ("unauthorized",) if settings.auth_enabled else ()
     paths: dict[str, Any] = {
         "/v1/extract": {
             "post": {
@@ -209,22 +219,19 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 },
                 "responses": {
                     "200": _ok("One result per text, in input order", _ref("ExtractResponse")),
-                    "400": _problem("The body is not JSON", ["invalid_json"]),
-                    **auth,
-                    "413": _problem("The body is too large", ["body_too_large"]),
-                    "415": _problem("Wrong content type", ["unsupported_media_type"]),
-                    "422": _problem(
-                        "The document is not a valid request",
-                        [
-                            "invalid_input",
-                            "unknown_field",
-                            "empty_texts",
-                            "too_many_texts",
-                            "text_too_long",
-                        ],
+                    **_problems(
+                        "invalid_json",
+                        *auth,
+                        "body_too_large",
+                        "unsupported_media_type",
+                        "invalid_input",
+                        "unknown_field",
+                        "empty_texts",
+                        "too_many_texts",
+                        "text_too_long",
+                        *_ALWAYS,
+                        *_NOT_READY,
                     ),
-                    "500": server_error,
-                    "503": not_ready,
                 },
             }
         },
@@ -234,9 +241,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "summary": "The served model: task, predicates and their types, buckets, limits",
                 "responses": {
                     "200": _ok("The model summary", _ref("ModelSummary")),
-                    **auth,
-                    "500": server_error,
-                    "503": not_ready,
+                    **_problems(*auth, *_ALWAYS, *_NOT_READY),
                 },
             }
         },
@@ -253,7 +258,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                             "properties": {"status": {"type": "string", "enum": ["ok"]}},
                         },
                     ),
-                    "500": server_error,
+                    **_problems(*_ALWAYS),
                 },
             }
         },
@@ -273,8 +278,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                             },
                         },
                     ),
-                    "500": server_error,
-                    "503": not_ready,
+                    **_problems(*_ALWAYS, *_NOT_READY),
                 },
             }
         },
@@ -282,7 +286,10 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             "get": {
                 "operationId": "openapi",
                 "summary": "This document",
-                "responses": {"200": _ok("OpenAPI 3.0 document", {"type": "object"})},
+                "responses": {
+                    "200": _ok("OpenAPI 3.0 document", {"type": "object"}),
+                    **_problems(*_ALWAYS),
+                },
             }
         },
     }

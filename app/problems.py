@@ -2,7 +2,8 @@
 
 Each ``Problem`` is a code, its HTTP status, what it means, and where it can appear: ``rest`` (a
 problem+json answer, listed in ``/openapi.json`` and ``docs/rest.md``) and ``batch`` (an error record or
-the message a failed ``spo extract`` run exits with, listed in ``docs/batch.md``). The REST translator
+the message a failed ``spo extract`` run exits with, listed in ``docs/batch.md``), and whether the answer
+carries ``Retry-After``. The REST translator
 (``app.errors``), the batch error records (``app.batch``), the OpenAPI document (``app.openapi``) and the
 tests all read this table; adding a code is adding one line to it. Library errors (``nlp.errors``)
 carry their own ``code``, which must be catalogued here (a test checks every ``SpoError`` subclass).
@@ -23,6 +24,7 @@ class Problem:
     meaning: str
     rest: bool = True
     batch: bool = False
+    retry_after: bool = False  # answered with a Retry-After header
 
     @property
     def title(self) -> str:
@@ -46,11 +48,11 @@ CATALOGUE: dict[str, Problem] = {
         Problem("too_many_texts", 422, "texts has more items than the limit"),
         Problem("text_too_long", 422, "a text has more characters than the limit", batch=True),
         Problem("internal_error", 500, "unexpected error; logged with its traceback, nothing internal disclosed", batch=True),
-        Problem("model_not_ready", 503, "the model is still loading or failed to load; retry later"),
+        Problem("model_not_ready", 503, "the model is still loading or failed to load; retry later", retry_after=True),
         Problem("model_load_error", 503, "the model directory cannot be loaded", batch=True),
         Problem("invalid_manifest", 503, "model.json is missing a field or has an invalid one", batch=True),
         Problem("unsupported_precision", 503, "the precision cannot run on this CPU or build", batch=True),
-        Problem("service_unavailable", 503, "nginx cannot reach the application server; retry later"),
+        Problem("service_unavailable", 503, "nginx cannot reach the application server; retry later", retry_after=True),
     )
 }  # fmt: skip
 
