@@ -22,7 +22,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import tensorflow as tf
+
+from nlp import quiet_tensorflow
+
+with quiet_tensorflow():
+    import tensorflow as tf
 
 from nlp.config import DEFAULT_PRECISION, PRECISIONS, LoadOptions
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
@@ -188,9 +192,11 @@ class SessionRuntime:
         self.runs = 0
         self.frozen = False
         self._graph = tf.Graph()
-        self._session = tf.compat.v1.Session(
-            graph=self._graph, config=_session_config(intra_op_threads, inter_op_threads, precision)
-        )
+        with quiet_tensorflow():  # the first session probes for CUDA devices
+            self._session = tf.compat.v1.Session(
+                graph=self._graph,
+                config=_session_config(intra_op_threads, inter_op_threads, precision),
+            )
         started = time.perf_counter()
         try:
             with self._graph.as_default(), _quiet_tf_logger():

@@ -22,8 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
-from bert4keras.tokenizers import load_vocab
+from nlp import quiet_tensorflow
+
+with quiet_tensorflow():  # bert4keras imports TensorFlow
+    from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
+    from bert4keras.tokenizers import load_vocab
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import tensorflow as tf
+from nlp import quiet_tensorflow
+
+with quiet_tensorflow():
+    import tensorflow as tf
 
 from nlp.manifest import write_manifest
 
