@@ -28,12 +28,14 @@ def create_app(
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
     The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
-    ``background`` starts a thread. ``loader`` (given ``settings.load_options()``) replaces
-    ``nlp.config.load_extractor`` in tests. With ``SPO_MICROBATCH_WAIT_MS`` above 0,
+    ``background`` starts a thread. A load that fails leaves the app up and unready, retrying with
+    backoff (``app.model_slot``); it never raises here. ``loader`` (given ``settings.load_options()``)
+    replaces ``nlp.config.load_extractor`` in tests. With ``SPO_MICROBATCH_WAIT_MS`` above 0,
     ``app.extensions["spo.microbatch"]`` holds the worker's ``MicroBatcher`` (``app.microbatch``).
     """
     if settings is None:
-        settings = Settings.from_env()
+        # In a gunicorn worker: a model directory gone since the start is a load failure to survive.
+        settings = Settings.from_env(require_model=False)
     app = Flask(__name__)
     # One byte over the limit, so that a chunked body over it can be told from one at it (app.api).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
@@ -41,7 +43,7 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     app.extensions["spo.settings"] = settings
-    slot = ModelSlot()
+    slot = ModelSlot(retry_max_s=settings.load_retry_max_s)
     app.extensions["spo"] = slot
     if settings.microbatch_wait_ms > 0:
         app.extensions["spo.microbatch"] = MicroBatcher(
@@ -62,5 +64,5 @@ def create_app(
     if settings.load_mode == "background" or in_cli:
         slot.load_in_background(settings.load_options(), load)
     else:
-        slot.load(settings.load_options(), load)
+        slot.load_or_retry(settings.load_options(), load)
     return app

@@ -20,6 +20,7 @@ from app.errors import ApiError
 from app.microbatch import BatcherClosed, MicroBatcher
 from app.model_slot import ModelNotReady, ModelSlot
 from app.openapi import build_spec
+from app.problems import LOAD_ERROR_CODES
 from app.settings import Settings
 from nlp.types import Extraction
 from nlp.validation import check_text
@@ -42,9 +43,19 @@ def slot() -> ModelSlot:
 
 
 def _not_ready() -> ApiError:
-    state = slot().state
-    detail = "The model is still loading." if state == "loading" else "The model failed to load."
-    return ApiError("model_not_ready", detail, headers={"Retry-After": RETRY_AFTER_S})
+    """503 while loading (``model_not_ready``) or after a failed load (the load error's own code)."""
+    model = slot()
+    code = model.error_code
+    if code is None:
+        return ApiError(
+            "model_not_ready", "The model is still loading.", headers={"Retry-After": RETRY_AFTER_S}
+        )
+    return ApiError(
+        code if code in LOAD_ERROR_CODES else "model_load_error",
+        f"The model failed to load ({code}); this worker retries in the background. "
+        "The server log has the reason.",
+        headers={"Retry-After": RETRY_AFTER_S},
+    )
 
 
 def _model_brief() -> dict[str, str]:

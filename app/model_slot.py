@@ -10,6 +10,12 @@ gunicorn (``preload_app = False``) is in each worker after the fork, before it a
 - ``background``: a thread loads while the worker already answers ``/healthz`` and ``503 model_not_ready``
   (with ``Retry-After``), for orchestrators that gate traffic on ``/readyz`` instead.
 
+A load that fails never ends the worker (a worker that exits while booting makes gunicorn halt the whole
+server): the slot turns ``failed``, keeps the error (``/readyz`` and ``/v1/*`` answer 503 with its code),
+and a thread retries after 1, 2, 4... seconds, at most ``SPO_LOAD_RETRY_MAX_S`` apart, until the model
+loads. ``on_change`` listeners hear each ``ready``/``failed`` transition (``app.master`` reports them to
+gunicorn's master, which decides whether a failure ends a first start or a reload).
+
 The Extractor is not thread-safe; gthread workers serve several requests at once, so model calls take
 ``lock`` while health checks and request validation do not. With micro-batching on (``app.microbatch``)
 one batcher thread per worker makes the model calls, through ``extract_batch`` and the same lock.
@@ -20,9 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from nlp.config import LoadOptions
+from nlp.errors import SpoError
 from nlp.protocols import ExtractorLike
 from nlp.types import Extraction
 
@@ -37,17 +44,42 @@ class ModelNotReady(RuntimeError):
         self.state = state
 
 
+LOAD_ERROR_CODE = "model_load_error"
+FIRST_RETRY_S = 1.0
+
+
+def error_code(exc: BaseException) -> str:
+    """A load error's stable code: the library's own (``invalid_manifest``...), else the generic one."""
+    return exc.code if isinstance(exc, SpoError) else LOAD_ERROR_CODE
+
+
+def retry_delays(max_s: float, first_s: float = FIRST_RETRY_S) -> Iterator[float]:
+    """Seconds to wait before each retry: doubling from ``first_s``, capped at ``max_s``.
+
+    >>> from itertools import islice
+    >>> list(islice(retry_delays(10), 6))
+    [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    """
+    delay = min(float(first_s), max_s)
+    while True:
+        yield delay
+        delay = min(delay * 2, float(max_s))
+
+
 # Loads the model of some options: ``nlp.config.load_extractor``, or a fake in tests.
 Loader = Callable[[LoadOptions], ExtractorLike]
 
 
 class ModelSlot:
-    """Holds the worker's extractor: ``loading`` -> ``ready`` (or ``failed``)."""
+    """Holds the worker's extractor: ``loading`` -> ``ready``, or ``failed`` (retrying) -> ``ready``."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_max_s: float = 30.0) -> None:
         self._extractor: ExtractorLike | None = None
-        self._failed = False
+        self.error: BaseException | None = None
+        self.retry_max_s = retry_max_s
         self.lock = threading.Lock()
+        self._listeners: list[Callable[[ModelSlot], None]] = []
+        self._closed = threading.Event()  # ends the retries
 
     @property
     def ready(self) -> bool:
@@ -55,22 +87,41 @@ class ModelSlot:
 
     @property
     def state(self) -> str:
-        return "ready" if self.ready else "failed" if self._failed else "loading"
+        return "ready" if self.ready else "failed" if self.error is not None else "loading"
+
+    @property
+    def error_code(self) -> str | None:
+        """The last load error's stable code while ``failed``."""
+        return None if self.error is None or self.ready else error_code(self.error)
 
     @property
     def extractor(self) -> ExtractorLike | None:
         return self._extractor
 
+    def on_change(self, listener: Callable[[ModelSlot], None]) -> None:
+        """Call ``listener(slot)`` after each transition to ``ready`` or ``failed``."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(self)
+            except Exception:
+                logger.exception("model state listener failed")
+
     def set(self, extractor: ExtractorLike) -> None:
         self._extractor = extractor
+        self.error = None
+        self._changed()
 
     def load(self, options: LoadOptions, loader: Loader) -> None:
-        """Load synchronously; errors propagate (a worker that cannot load must not boot)."""
+        """Load synchronously; errors propagate (and leave the slot ``failed``)."""
         started = time.perf_counter()
         try:
             extractor = loader(options)
-        except BaseException:
-            self._failed = True
+        except BaseException as exc:
+            self.error = exc
+            self._changed()
             raise
         self.set(extractor)
         summary = extractor.manifest.summary()
@@ -83,16 +134,53 @@ class ModelSlot:
             options.model_dir,
         )
 
+    def load_or_retry(self, options: LoadOptions, loader: Loader) -> bool:
+        """Load now; on failure log the reason and retry in a thread with backoff. True when ready."""
+        try:
+            self.load(options, loader)
+        except Exception as exc:
+            self._log_failure(options, exc, 1)
+            self._retry(options, loader, first_now=False)
+            return False
+        return True
+
     def load_in_background(self, options: LoadOptions, loader: Loader) -> threading.Thread:
+        """Load in a thread, retrying with backoff until it succeeds."""
+        return self._retry(options, loader, first_now=True)
+
+    def _retry(self, options: LoadOptions, loader: Loader, *, first_now: bool) -> threading.Thread:
         def run() -> None:
-            try:
-                self.load(options, loader)
-            except Exception:
-                logger.exception("model load failed: %s stays unready", options.model_dir)
+            attempt = 1 if first_now else 2
+            delays = retry_delays(self.retry_max_s, FIRST_RETRY_S)
+            if not first_now and self._closed.wait(next(delays)):
+                return
+            while not self._closed.is_set():
+                try:
+                    self.load(options, loader)
+                except Exception as exc:
+                    self._log_failure(options, exc, attempt)
+                    attempt += 1
+                    self._closed.wait(next(delays))
+                    continue
+                if attempt > 1:
+                    logger.info("model loaded at attempt %d from %s", attempt, options.model_dir)
+                return
 
         thread = threading.Thread(target=run, name="spo-model-load", daemon=True)
         thread.start()
         return thread
+
+    def _log_failure(self, options: LoadOptions, exc: BaseException, attempt: int) -> None:
+        reason = exc.message if isinstance(exc, SpoError) else f"{type(exc).__name__}: {exc}"
+        logger.error(
+            "model load failed (attempt %d): %s: %s; unready (503 %s) and retrying: %s",
+            attempt,
+            error_code(exc),
+            reason,
+            error_code(exc),
+            options.model_dir,
+            exc_info=exc if attempt == 1 and not isinstance(exc, SpoError) else None,
+        )
 
     def extract_batch(self, texts: Sequence[str], field: str = "texts") -> list[Extraction]:
         """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
@@ -103,6 +191,7 @@ class ModelSlot:
             return extractor.extract_batch(texts, field=field)
 
     def close(self) -> None:
+        self._closed.set()
         extractor, self._extractor = self._extractor, None
         if extractor is not None:
             with self.lock:

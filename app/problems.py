@@ -48,15 +48,17 @@ CATALOGUE: dict[str, Problem] = {
         Problem("too_many_texts", 422, "texts has more items than the limit"),
         Problem("text_too_long", 422, "a text has more characters than the limit", batch=True),
         Problem("internal_error", 500, "unexpected error; logged with its traceback, nothing internal disclosed", batch=True),
-        Problem("model_not_ready", 503, "the model is still loading or failed to load; retry later", retry_after=True),
-        Problem("model_load_error", 503, "the model directory cannot be loaded", batch=True),
-        Problem("invalid_manifest", 503, "model.json is missing a field or has an invalid one", batch=True),
-        Problem("unsupported_precision", 503, "the precision cannot run on this CPU or build", batch=True),
+        Problem("model_not_ready", 503, "the model is still loading; retry later", retry_after=True),
+        Problem("model_load_error", 503, "the model directory cannot be loaded (REST: this worker retries; the log has the reason)", batch=True, retry_after=True),
+        Problem("invalid_manifest", 503, "model.json, or a file it names, is missing or invalid (REST: this worker retries)", batch=True, retry_after=True),
+        Problem("unsupported_precision", 503, "the precision cannot run on this CPU or build (REST: this worker retries)", batch=True, retry_after=True),
         Problem("service_unavailable", 503, "nginx cannot reach the application server; retry later", retry_after=True),
     )
 }  # fmt: skip
 
 INTERNAL_ERROR = CATALOGUE["internal_error"]
+# What a worker whose model failed to load answers with (the codes of ``nlp.errors.ModelLoadError``).
+LOAD_ERROR_CODES = ("model_load_error", "invalid_manifest", "unsupported_precision")
 
 
 def problem_for(code: str) -> Problem:

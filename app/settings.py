@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ class Settings:
 
     model_dir: Path = DEFAULT_MODEL_DIR
     load_mode: str = "boot"
+    load_retry_max_s: int = 30
     precision: str = DEFAULT_PRECISION
     max_texts: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
@@ -98,11 +99,15 @@ class Settings:
     log_format: str = "text"
     log_level: str = "INFO"
     access_log: bool = True
+    pid_file: Path | None = None
+    # Not a setting: False skips the check that the model directory exists (a worker's: a missing model
+    # is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before starting).
+    require_model: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, require_model: bool) -> None:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
         object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
-        problems = self.problems()
+        problems = self.problems(require_model=require_model)
         if problems:
             raise SettingsError(problems)
 
@@ -134,7 +139,7 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
-    def problems(self) -> list[str]:
+    def problems(self, *, require_model: bool = True) -> list[str]:
         """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well)."""
         out: list[str] = []
 
@@ -150,12 +155,14 @@ class Settings:
             if getattr(self, name) not in choices:
                 bad(name, f"must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
 
-        if not self.model_dir.is_dir():
-            hint = " (build it: make demo-model)" if self.model_dir == DEFAULT_MODEL_DIR else ""
-            bad("model_dir", f"not a directory: {self.model_dir}{hint}")
-        elif not (self.model_dir / "model.json").is_file():
-            bad("model_dir", f"no model.json in {self.model_dir}")
+        if require_model:
+            if not self.model_dir.is_dir():
+                hint = " (build it: make demo-model)" if self.model_dir == DEFAULT_MODEL_DIR else ""
+                bad("model_dir", f"not a directory: {self.model_dir}{hint}")
+            elif not (self.model_dir / "model.json").is_file():
+                bad("model_dir", f"no model.json in {self.model_dir}")
         one_of("load_mode", LOAD_MODES)
+        in_range("load_retry_max_s", 1, 3600)
         one_of("precision", tuple(PRECISIONS))
         in_range("max_texts", 1, 10_000)
         in_range("max_text_chars", 1, 1_000_000)
@@ -188,7 +195,9 @@ class Settings:
         return out
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, require_model: bool = True
+    ) -> Settings:
         """Settings from ``SPO_*`` variables (``os.environ`` by default); every bad one reported at once."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -209,7 +218,7 @@ class Settings:
             logger.warning("ignoring unknown variables (typo?): %s", ", ".join(unknown))
         # Fields that parsed are still validated, so one run reports parse and range problems together.
         try:
-            settings = cls(**values)
+            settings = cls(**values, require_model=require_model)
         except SettingsError as exc:
             failed = {p.split(":", 1)[0] for p in problems}
             problems += [p for p in exc.problems if p.split(":", 1)[0] not in failed]
@@ -266,6 +275,10 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
         _lower,
         "boot: load and warm before the worker accepts; background: answer 503 meanwhile",
     ),
+    "load_retry_max_s": (
+        _int,
+        "a worker whose model fails to load retries after 1, 2, 4... s, at most this many s apart",
+    ),
     "precision": (_lower, precision_help()),
     "max_texts": (_int, "most texts in one request"),
     "max_text_chars": (_int, "most characters in one text"),
@@ -299,6 +312,10 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "log_format": (_lower, "text or json"),
     "log_level": (_upper, "DEBUG, INFO, WARNING or ERROR"),
     "access_log": (_bool, "gunicorn access log on stdout"),
+    "pid_file": (
+        _path,
+        "gunicorn master's pid file (spo reload reads it); default: one per address in /tmp",
+    ),
 }
 
 _missing = {f.name for f in dataclasses.fields(Settings)} ^ set(FIELDS)

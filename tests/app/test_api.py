@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
+from app.model_slot import ModelSlot
 from app.settings import Settings
+from nlp.errors import ManifestError
 
 PROBLEM = "application/problem+json"
 TEXTS = [
@@ -308,26 +311,86 @@ def test_api_not_ready_until_loaded(settings: Settings, fake_extractor: Any) -> 
     ]
 
 
-def test_api_failed_load_stays_unready(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+def wait_for(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("load_mode", ["boot", "background"])
+def test_api_failed_load_answers_503_with_its_code_then_recovers(
+    settings: Settings,
+    fake_extractor: Any,
+    load_mode: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(s: Settings) -> Any:
-        raise RuntimeError("no such tensor")
+    """A load that fails never raises out of create_app (a worker that cannot boot halts gunicorn):
+    /healthz stays 200, /readyz and /v1/* answer 503 with the load error's code, and the slot retries
+    with backoff until the loader succeeds."""
+    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 0.01)
+    caplog.set_level(logging.INFO, logger="app.model_slot")
+    errors: list[BaseException] = [
+        RuntimeError("no such tensor /srv/secret"),
+        ManifestError("/srv/x/model.json: not valid JSON", field="model.json"),
+    ]
+    release = threading.Event()
 
-    app = create_app(settings.replace(load_mode="background"), loader=broken)
-    for t in [t for t in threading.enumerate() if t.name == "spo-model-load"]:
-        t.join(10)
-    body = assert_problem(app.test_client().get("/readyz"), 503, "model_not_ready")
-    assert "failed" in body["detail"] and "tensor" not in body["detail"]
-    assert "model load failed" in caplog.text
+    def flaky(options: Any) -> Any:
+        if errors:
+            raise errors.pop(0)
+        release.wait(10)
+        return fake_extractor
+
+    app = create_app(settings.replace(load_mode=load_mode), loader=flaky)
+    slot = app.extensions["spo"]
+    client = app.test_client()
+    try:
+        wait_for(lambda: slot.error_code == "invalid_manifest")
+        assert client.get("/healthz").status_code == 200
+        for response in (
+            client.get("/readyz"),
+            client.get("/v1/model"),
+            client.post("/v1/extract", json={"text": "北京"}),
+        ):
+            body = assert_problem(response, 503, "invalid_manifest")
+            assert response.headers["Retry-After"] == "5"
+            assert "retries" in body["detail"] and "/srv" not in body["detail"]
+        assert "model load failed (attempt 1): model_load_error" in caplog.text
+        assert "no such tensor" in caplog.text
+        release.set()
+        wait_for(lambda: slot.ready)
+        assert client.get("/readyz").status_code == 200
+        assert client.post("/v1/extract", json={"text": "北京"}).status_code == 200
+        assert "model loaded at attempt 3" in caplog.text
+    finally:
+        release.set()
+        slot.close()
 
 
-def test_api_boot_load_failure_propagates(settings: Settings) -> None:
-    def broken(s: Settings) -> Any:
-        raise RuntimeError("no such tensor")
+def test_api_model_slot_reports_changes_and_stops_retrying_on_close(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 0.01)
+    calls: list[int] = []
 
-    with pytest.raises(RuntimeError, match="no such tensor"):
-        create_app(settings, loader=broken)
+    def broken(options: Any) -> Any:
+        calls.append(1)
+        raise RuntimeError("no")
+
+    slot = ModelSlot(retry_max_s=0.02)
+    seen: list[str] = []
+    slot.on_change(lambda changed: seen.append(changed.state))
+    assert slot.load_or_retry(settings.load_options(), broken) is False
+    assert slot.state == "failed" and slot.error_code == "model_load_error"
+    wait_for(lambda: len(calls) >= 3)
+    slot.close()
+    time.sleep(0.1)
+    stopped = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == stopped
+    assert set(seen) == {"failed"} and len(seen) >= 3
 
 
 # -- authentication --------------------------------------------------------------------------
