@@ -12,9 +12,10 @@ def main() -> None:
 
 
 # Each command lives with the code it drives; register it here (one line per module).
-from app.server import serve  # noqa: E402
+from app.server import reload, serve  # noqa: E402
 
 main.add_command(serve)
+main.add_command(reload)
 from app.modelcli import COMMANDS as _model_commands  # noqa: E402
 
 for _command in _model_commands:

@@ -1,9 +1,13 @@
-"""``spo serve``: validate the settings, then exec gunicorn with ``deploy/gunicorn.conf.py``.
+"""``spo serve`` and ``spo reload``: validate the settings and the model, then run gunicorn (alone, or
+behind nginx with ``--nginx``); send the running master SIGHUP.
 
 ``LD_PRELOAD`` only takes effect when a process starts, so when jemalloc is wanted and installed
 (``SPO_JEMALLOC``, Debian ``libjemalloc2``) the command sets it and *execs* gunicorn: the master and every
 worker it forks then allocate through jemalloc. Flags become ``SPO_*`` values for the workers (flags win
 over the environment) and are passed to gunicorn too; arguments after ``--`` go to gunicorn untouched.
+gunicorn runs as ``python -m app.master``: its own master with the model-aware start and reload of
+``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
+a private unix socket and supervises both.
 
 ``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream.
 """
@@ -12,24 +16,44 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
 
+from app.master import check_model_dir
 from app.settings import JEMALLOC_PATH, Settings, SettingsError
 from nlp.config import PROJECT_ROOT
+from nlp.errors import SpoError
 
 DEPLOY_DIR = PROJECT_ROOT / "deploy"
 GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"
 NGINX_TEMPLATE = DEPLOY_DIR / "nginx.conf"
+# What --nginx accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]*:)?\d{1,5}$")
+
+
+def default_pid_file(address: str) -> Path:
+    """Where the master's pid file goes unless ``SPO_PID_FILE`` says: one per public address.
+
+    >>> default_pid_file("127.0.0.1:8000").name
+    'spo-service-127.0.0.1-8000.pid'
+    """
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", address).strip("-")
+    return Path(tempfile.gettempdir()) / f"spo-service-{slug}.pid"
 
 
 def gunicorn_command(
-    settings: Settings, extra: Sequence[str] = (), environ: Mapping[str, str] | None = None
+    settings: Settings,
+    extra: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    pid_file: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment that run gunicorn for ``settings``."""
+    """The argv and environment that run gunicorn (``app.master``) for ``settings``."""
     env = dict(os.environ if environ is None else environ)
     env["SPO_BIND"] = settings.bind
     env["SPO_WORKERS"] = str(settings.workers)
@@ -41,13 +65,14 @@ def gunicorn_command(
     argv = [
         sys.executable,
         "-m",
-        "gunicorn",
+        "app.master",
         "--config",
         str(GUNICORN_CONF),
         "--bind",
         settings.bind,
         "--workers",
         str(settings.workers),
+        *(["--pid", str(pid_file)] if pid_file is not None else []),
         *extra,
     ]
     return argv, env
@@ -82,37 +107,119 @@ def render_nginx_conf(
     return text
 
 
+def _settings(env: Mapping[str, str]) -> Settings:
+    try:
+        return Settings.from_env(env)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command("serve", context_settings={"ignore_unknown_options": True})
 @click.option("--bind", "-b", help="HOST:PORT or unix:PATH (env SPO_BIND, default 127.0.0.1:8000).")
 @click.option(
     "--workers", "-w", type=int, help="Worker processes (env SPO_WORKERS, default: cores)."
 )
 @click.option(
+    "--nginx",
+    "nginx_listen",
+    metavar="HOST:PORT",
+    help="Run nginx (Debian's) listening here in front of gunicorn on a private unix socket, and "
+    "supervise both (--bind is then not used).",
+)
+@click.option(
     "--check-config", is_flag=True, help="Validate settings and gunicorn config, then exit."
 )
 @click.argument("gunicorn_args", nargs=-1, type=click.UNPROCESSED)
 def serve(
-    bind: str | None, workers: int | None, check_config: bool, gunicorn_args: tuple[str, ...]
+    bind: str | None,
+    workers: int | None,
+    nginx_listen: str | None,
+    check_config: bool,
+    gunicorn_args: tuple[str, ...],
 ) -> None:
-    """Serve the REST API with gunicorn (configured by SPO_* variables; see docs/rest.md)."""
+    """Serve the REST API with gunicorn, or nginx + gunicorn with --nginx (configured by SPO_*
+    variables; see docs/rest.md). SIGHUP (or `spo reload`) reloads the model without dropping a
+    request; SIGTERM/SIGINT stop everything gracefully."""
     env = dict(os.environ)
     if bind is not None:
         env["SPO_BIND"] = bind
     if workers is not None:
         env["SPO_WORKERS"] = str(workers)
+    settings = _settings(env)
+    if nginx_listen is not None and not _LISTEN.match(nginx_listen):
+        raise click.BadParameter(
+            f"expected HOST:PORT or PORT, got {nginx_listen!r}", param_hint="--nginx"
+        )
+    # The model is checked here, without TensorFlow, so a bad one fails at once with its reason
+    # (what only TensorFlow can find fails the first worker, which halts the server: app.master).
     try:
-        settings = Settings.from_env(env)
-    except SettingsError as exc:
-        raise click.UsageError(str(exc)) from None
+        manifest = check_model_dir(settings.model_dir)
+    except SpoError as exc:
+        raise click.ClickException(f"cannot serve {settings.model_dir}: {exc.message}") from None
+    address = nginx_listen if nginx_listen is not None else settings.bind
+    pid_file = settings.pid_file or default_pid_file(address)
     extra = list(gunicorn_args)
     if check_config:
         extra.append("--check-config")
-    argv, child_env = gunicorn_command(settings, extra, env)
+    if nginx_listen is not None and not check_config:
+        from app.supervisor import serve_behind_nginx
+
+        sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, env))
+    argv, child_env = gunicorn_command(settings, extra, env, pid_file=pid_file)
     click.echo(
-        f"spo serve: {settings.model_dir} on {settings.bind}, {settings.workers} worker(s)"
-        f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}",
+        f"spo serve: {manifest.name} v{manifest.version} from {settings.model_dir} on "
+        f"{settings.bind}, {settings.workers} worker(s)"
+        f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}; "
+        f"pid file {pid_file}",
         err=True,
     )
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, child_env)
+
+
+@click.command("reload")
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The master's pid file (default: SPO_PID_FILE, else the one `spo serve` derives from "
+    "--nginx or --bind).",
+)
+@click.option(
+    "--bind", "-b", help="The address `spo serve --bind` was given (to find its pid file)."
+)
+@click.option("--nginx", "nginx_listen", metavar="HOST:PORT", help="The address given to --nginx.")
+def reload(pid_file: Path | None, bind: str | None, nginx_listen: str | None) -> None:
+    """Reload the model of a running `spo serve` (SIGHUP to its gunicorn master).
+
+    Switch the model directory first (for example the symlink SPO_MODEL_DIR points to). The new model
+    is loaded in new workers while the old ones serve; the log says "reload done" (or why it was
+    refused or failed, in which case the old model goes on serving). See docs/rest.md.
+    """
+    if pid_file is None:
+        env = dict(os.environ)
+        if bind is not None:
+            env["SPO_BIND"] = bind
+        settings = _settings(env)
+        pid_file = settings.pid_file or default_pid_file(nginx_listen or settings.bind)
+    try:
+        pid = int(pid_file.read_text().strip())
+    except FileNotFoundError:
+        raise click.ClickException(
+            f"no pid file {pid_file}: is `spo serve` running? (give --pid-file, --bind or --nginx)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read the pid file {pid_file}: {exc}") from None
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise click.ClickException(f"stale pid file {pid_file}: no process {pid}") from None
+    except PermissionError:
+        raise click.ClickException(
+            f"not allowed to signal process {pid} (another user's?)"
+        ) from None
+    click.echo(
+        f"spo reload: sent SIGHUP to the gunicorn master {pid}; it logs 'reload done' once every "
+        "worker serves the new model (GET /v1/model shows its version)",
+        err=True,
+    )

@@ -1,7 +1,8 @@
 """gunicorn configuration for spo-service; every value comes from ``app.settings.Settings``.
 
-Started by ``spo serve`` (which validates the settings first, sets ``LD_PRELOAD`` for jemalloc and execs
-``gunicorn -c deploy/gunicorn.conf.py``); command-line flags given to gunicorn override this file.
+Started by ``spo serve`` (which validates the settings and the model first, sets ``LD_PRELOAD`` for
+jemalloc and execs ``python -m app.master -c deploy/gunicorn.conf.py``: gunicorn's master with the
+model-aware start and reload of ``app.master``); command-line flags override this file.
 
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.model_slot``). ``timeout`` covers that.
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 
 from app.logging import logging_config
+from app.master import watch_worker
 from app.settings import Settings, threads_per_worker
 
 settings = Settings.from_env()
@@ -64,7 +66,17 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
+    # Tell the master (app.master) whether the model loaded, now and whenever that changes.
+    watch_worker(worker)
     rss = _rss_mib()
+    slot = worker.wsgi.extensions["spo"]
+    if not slot.ready:
+        worker.log.warning(
+            "worker %s up without its model (%s): answering 503 and retrying",
+            worker.pid,
+            slot.state,
+        )
+        return
     worker.log.info("worker %s ready: model loaded and warmed, RSS %.0f MiB", worker.pid, rss)
     limit = settings.max_worker_rss_mb
     if limit and rss >= 0.9 * limit:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
-from app.server import GUNICORN_CONF, gunicorn_command, render_nginx_conf
+from app.server import GUNICORN_CONF, default_pid_file, gunicorn_command, render_nginx_conf
 from app.settings import JEMALLOC_PATH, Settings
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
@@ -31,8 +31,10 @@ def model_dir(tmp_path: Path) -> Path:
 def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
     settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3)
     argv, env = gunicorn_command(settings, ["--check-config"], {"PATH": "/bin"})
-    assert argv[1:5] == ["-m", "gunicorn", "--config", str(GUNICORN_CONF)]
+    assert argv[1:5] == ["-m", "app.master", "--config", str(GUNICORN_CONF)]
     assert argv[5:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
+    argv, _ = gunicorn_command(settings, pid_file=Path("/run/x.pid"))
+    assert argv[-2:] == ["--pid", "/run/x.pid"]
     assert env["SPO_BIND"] == "127.0.0.1:9001" and env["SPO_WORKERS"] == "3"
     assert env["PATH"] == "/bin"
 
@@ -63,12 +65,44 @@ def test_server_serve_reports_bad_settings(model_dir: Path) -> None:
     assert "SPO_WORKERS" in result.output and "SPO_LOG_FORMAT" in result.output
 
 
-def test_server_serve_check_config(model_dir: Path) -> None:
+def test_server_serve_refuses_a_bad_model_before_starting(model_dir: Path) -> None:
+    """model.json is checked (without TensorFlow) before gunicorn starts: exit 1 with the reason."""
+    result = CliRunner().invoke(main, ["serve"], env={"SPO_MODEL_DIR": str(model_dir)})
+    assert result.exit_code == 1
+    assert f"cannot serve {model_dir}" in result.output and "saved_model.pb" in result.output
+
+
+def test_server_serve_nginx_missing_says_how_to_install(
+    triples_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.supervisor.find_nginx", lambda: None)
+    result = CliRunner().invoke(
+        main, ["serve", "--nginx", "127.0.0.1:8080"], env={"SPO_MODEL_DIR": str(triples_model_dir)}
+    )
+    assert result.exit_code == 1
+    assert "nginx is not installed" in result.output
+    assert "apt-get install nginx-light" in result.output
+
+
+@pytest.mark.parametrize("listen", ["nowhere", "127.0.0.1:", "a b:80", "1.2.3.4:123456"])
+def test_server_serve_nginx_address_is_checked(triples_model_dir: Path, listen: str) -> None:
+    result = CliRunner().invoke(
+        main, ["serve", "--nginx", listen], env={"SPO_MODEL_DIR": str(triples_model_dir)}
+    )
+    assert result.exit_code == 2 and "--nginx" in result.output
+
+
+def test_server_default_pid_file_is_per_address() -> None:
+    assert default_pid_file("127.0.0.1:8000") != default_pid_file("127.0.0.1:8001")
+    assert default_pid_file("[::1]:80").name == "spo-service-1-80.pid"
+
+
+def test_server_serve_check_config(triples_model_dir: Path) -> None:
     """The real gunicorn validates the real config file (the app is loaded, not with a model)."""
     result = subprocess.run(
         [str(Path(__import__("sys").executable).with_name("spo")), "serve", "--check-config"],
         env={
-            "SPO_MODEL_DIR": str(model_dir),
+            "SPO_MODEL_DIR": str(triples_model_dir),
             "SPO_LOAD_MODE": "background",
             "PATH": "/usr/bin:/bin",
         },

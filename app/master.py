@@ -1,0 +1,342 @@
+"""gunicorn's master for spo-service: checks the model before forking, reloads without a failed request.
+
+``spo serve`` runs ``python -m app.master`` (gunicorn's own command line and ``deploy/gunicorn.conf.py``)
+instead of ``gunicorn``: the same master, with ``SpoArbiter`` deciding what a model that fails to load
+means. The master never imports TensorFlow; it validates ``model.json`` and the files it names
+(``check_model_dir``) and learns each worker's model state from the worker itself, over a pipe:
+
+- **First start**: a bad ``model.json`` or a missing file is refused before any worker forks (``spo
+  serve`` exits non-zero with the reason). What only TensorFlow can find (a corrupt SavedModel, a tensor
+  not in the graph) makes the first worker report ``failed``; while no worker has ever been ready, that
+  halts the server with the reason and exit status 3, as gunicorn does for a worker that cannot boot.
+- **Reload** (SIGHUP, ``spo reload``): the model directory is resolved again (a symlink switch) and
+  checked in the master; a bad one is refused and logged, and the running workers go on serving. A good
+  one gets a new generation of workers *beside* the old ones; the old generation is retired (gracefully,
+  finishing its requests) only once every new worker reports its model ready, so no request ever waits
+  for a cold worker. If a new worker reports ``failed`` instead, or is not ready within ``SPO_TIMEOUT``,
+  the new generation is retired and the old one keeps serving the old version. Either way it is logged.
+- **Pinned directory**: each generation loads the directory the master resolved and checked when it
+  started it, so a worker recycled later (``max_requests``, the RSS watchdog) loads the same version as
+  its siblings, even after the symlink has moved. A recycled worker that cannot load it (the directory
+  became unreadable) stays up: ``/healthz`` 200, ``/readyz`` and ``/v1/*`` 503 with the error's code,
+  and it retries with backoff (``app.model``) until the directory is back.
+
+Why a new generation beside the old rather than gunicorn's own HUP (which stops the old workers at
+once): during the new workers' load every request would wait in the listen backlog, and on a broken
+model every request would fail. Beside the old workers, requests are served throughout; the cost is
+the memory of both generations for the few seconds a load and warm-up take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gunicorn.app.wsgiapp import WSGIApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.errors import HaltServer
+
+from app.settings import Settings, SettingsError
+from nlp.errors import SpoError
+from nlp.manifest import Manifest, load_manifest
+
+MODEL_DIR_VAR = "SPO_MODEL_DIR"
+_REPORT_LIMIT = 3000  # bytes of one report line; below PIPE_BUF (4096), so each write is atomic
+
+# The write end of the master's report pipe; set in the master before the first fork and inherited by
+# every worker. None when gunicorn runs without SpoArbiter (then nothing is reported).
+REPORT_FD: int | None = None
+# True in the master while it forks a reload's new generation, so inherited by exactly those workers.
+RELOAD_GENERATION = False
+_WAIT_S = 0.1
+
+
+def check_model_dir(model_dir: Path) -> Manifest:
+    """``model.json`` and the files it names, checked without TensorFlow; ``SpoError`` names the problem."""
+    return load_manifest(model_dir, check_files=True)
+
+
+def model_label(manifest: Manifest) -> str:
+    return f"{manifest.name} v{manifest.version} ({manifest.directory})"
+
+
+# -- worker side ---------------------------------------------------------------------------------
+def report(state: str, **details: Any) -> None:
+    """Tell the master this worker's model state (``ready`` or ``failed``); a no-op without a master."""
+    if REPORT_FD is None:
+        return
+    doc = {"pid": os.getpid(), "state": state, **details}
+    line = json.dumps(doc, ensure_ascii=False).encode()[:_REPORT_LIMIT]
+    if not line.endswith(b"}"):  # cut: keep the line parseable, drop the detail
+        doc.pop("detail", None)
+        line = json.dumps(doc, ensure_ascii=False).encode()[:_REPORT_LIMIT]
+    # A full or closed pipe (the master busy or stopping) loses the report; the worker serves regardless.
+    with contextlib.suppress(OSError):
+        os.write(REPORT_FD, line + b"\n")
+
+
+def watch_worker(worker: Any) -> None:
+    """In a worker after its app is created (``post_worker_init``): report the model state now and on
+    every change (a failed load that later succeeds).
+
+    A worker of a reload's new generation returns (and so starts accepting connections) only once its
+    model is ready: until then the old generation serves, and a new worker whose model failed waits
+    here until the master retires it, answering no request at all."""
+    slot = getattr(worker, "wsgi", None)
+    slot = getattr(slot, "extensions", {}).get("spo")
+    if slot is None:
+        return
+
+    def send(changed: Any) -> None:
+        if changed.ready:
+            summary = changed.extractor.manifest.summary()
+            report("ready", model=summary["name"], version=summary["version"])
+        elif changed.error is not None:
+            error = changed.error
+            detail = (
+                error.message if isinstance(error, SpoError) else f"{type(error).__name__}: {error}"
+            )
+            report("failed", code=changed.error_code, detail=detail)
+
+    slot.on_change(send)
+    if slot.state != "loading":
+        send(slot)
+    if RELOAD_GENERATION:
+        while worker.alive and not slot.ready:
+            time.sleep(_WAIT_S)
+
+
+# -- master side ---------------------------------------------------------------------------------
+@dataclass
+class PendingReload:
+    """A new generation of workers loading beside the old one."""
+
+    old: set[int]
+    new: set[int]
+    model_dir: Path
+    previous_dir: Path
+    label: str
+    started: float = field(default_factory=time.monotonic)
+
+
+class SpoArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's ``Arbiter`` with model-aware start and reload (see the module docstring)."""
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        global REPORT_FD
+        self._reports_r, REPORT_FD = os.pipe()
+        os.set_blocking(self._reports_r, False)
+        os.set_blocking(REPORT_FD, False)
+        self._partial = b""
+        # SPO_MODEL_DIR as given (a symlink is resolved again on each reload), and as resolved now.
+        self.model_var = os.environ.get(MODEL_DIR_VAR)
+        self.model_dir = Settings.from_env().model_dir
+        self.ever_ready = False
+        self.states: dict[int, dict[str, Any]] = {}
+        self.pending: PendingReload | None = None
+        self.retiring: set[int] = set()  # sent SIGTERM by us, finishing their requests
+
+    # Each worker loads the directory its generation was started with.
+    def spawn_worker(self) -> int:
+        saved = os.environ.get(MODEL_DIR_VAR)
+        os.environ[MODEL_DIR_VAR] = str(self.model_dir)
+        try:
+            pid: int = super().spawn_worker()
+        finally:
+            if saved is None:
+                os.environ.pop(MODEL_DIR_VAR, None)
+            else:
+                os.environ[MODEL_DIR_VAR] = saved
+        return pid
+
+    def reload(self) -> None:
+        """SIGHUP: check the (re-resolved) model directory, then load it in new workers beside the old."""
+        if self.pending is not None:
+            self.log.warning(
+                "reload already in progress (%s, %.0fs); this HUP is ignored",
+                self.pending.label,
+                time.monotonic() - self.pending.started,
+            )
+            return
+        env = dict(os.environ)
+        if self.model_var is not None:
+            env[MODEL_DIR_VAR] = self.model_var
+        try:
+            model_dir = Settings.from_env(env).model_dir
+            manifest = check_model_dir(model_dir)
+        except (SettingsError, SpoError) as exc:
+            reason = exc.message if isinstance(exc, SpoError) else str(exc)
+            self.log.error(
+                "reload refused: %s; the %d running workers keep serving %s",
+                reason,
+                len(self.WORKERS),
+                self.model_dir,
+            )
+            return
+        self.log.reopen_files()
+        old = set(self.WORKERS)
+        previous, self.model_dir = self.model_dir, model_dir
+        label = model_label(manifest)
+        self.log.info(
+            "reload: starting %d workers on %s; the %d old workers serve until they are ready",
+            self.num_workers,
+            label,
+            len(old),
+        )
+        global RELOAD_GENERATION
+        RELOAD_GENERATION = True
+        try:
+            new = {self.spawn_worker() for _ in range(self.num_workers)}
+        finally:
+            RELOAD_GENERATION = False
+        self.pending = PendingReload(old, new, model_dir, previous, label)
+
+    def manage_workers(self) -> None:
+        """gunicorn's, except that during a reload both generations run (nothing is spawned or stopped
+        until it is decided) and that workers being retired do not count."""
+        self._read_reports()
+        self.retiring &= set(self.WORKERS)
+        if self.pending is not None:
+            self._advance_reload(self.pending)
+        if self.pending is not None:
+            return
+        serving = sorted(
+            (w.age, pid) for pid, w in self.WORKERS.items() if pid not in self.retiring
+        )
+        for _ in range(self.num_workers - len(serving)):
+            self.spawn_worker()
+        for _, pid in serving[: max(0, len(serving) - self.num_workers)]:
+            self._retire({pid})
+
+    def _retire(self, pids: set[int]) -> None:
+        """SIGTERM: finish the requests in hand, then exit."""
+        for pid in pids & set(self.WORKERS) - self.retiring:
+            self.kill_worker(pid, signal.SIGTERM)
+            self.retiring.add(pid)
+
+    def reap_workers(self) -> None:
+        try:
+            super().reap_workers()
+        except HaltServer as exc:
+            # A new worker that cannot even boot fails the reload; it does not halt a serving server.
+            if self.pending is None or not self.ever_ready:
+                raise
+            self.log.error("a new worker failed to boot (%s)", exc.reason)
+            self._fail_reload(self.pending, "a new worker failed to boot")
+            self.reap_workers()
+        for pid in list(self.states):
+            if pid not in self.WORKERS:
+                del self.states[pid]
+
+    def _advance_reload(self, pending: PendingReload) -> None:
+        alive = pending.new & set(self.WORKERS)
+        failed = [self.states[p] for p in alive if self.states.get(p, {}).get("state") == "failed"]
+        if failed:
+            self._fail_reload(pending, f"{failed[0].get('code')}: {failed[0].get('detail')}")
+        elif alive != pending.new:
+            self._fail_reload(pending, "a new worker exited before its model was ready")
+        elif time.monotonic() - pending.started > self.timeout:
+            self._fail_reload(pending, f"the new workers were not ready within {self.timeout}s")
+        elif all(self.states.get(p, {}).get("state") == "ready" for p in pending.new):
+            self._retire(pending.old)
+            self.log.info(
+                "reload done in %.1fs: %d workers serve %s; the %d old workers finish their requests "
+                "and exit",
+                time.monotonic() - pending.started,
+                len(pending.new),
+                pending.label,
+                len(pending.old & set(self.WORKERS)),
+            )
+            self.pending = None
+
+    def _fail_reload(self, pending: PendingReload, reason: str) -> None:
+        # A new worker that is not ready has accepted no connection (it waits in watch_worker): stop it
+        # at once, even mid-load (SIGQUIT), so it gives the CPU back to the generation that serves.
+        for pid in pending.new & set(self.WORKERS):
+            if self.states.get(pid, {}).get("state") != "ready":
+                self.kill_worker(pid, signal.SIGQUIT)
+                self.retiring.add(pid)
+        self._retire(pending.new)
+        self.model_dir = pending.previous_dir
+        self.pending = None
+        self.log.error(
+            "reload failed after %.1fs: %s cannot be served (%s); the new workers are stopped and "
+            "the old ones keep serving %s",
+            time.monotonic() - pending.started,
+            pending.label,
+            reason,
+            self.model_dir,
+        )
+
+    def _read_reports(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._reports_r, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._partial += chunk
+        *lines, self._partial = self._partial.split(b"\n")
+        for line in lines:
+            try:
+                doc = json.loads(line)
+                pid = int(doc["pid"])
+            except (ValueError, KeyError, TypeError):
+                self.log.warning("unreadable worker report: %r", line[:200])
+                continue
+            if pid in self.WORKERS and pid not in self.retiring:
+                self._on_report(pid, doc)
+
+    def _on_report(self, pid: int, doc: dict[str, Any]) -> None:
+        self.states[pid] = doc
+        if doc.get("state") == "ready":
+            self.ever_ready = True
+            return
+        reason = f"{doc.get('code')}: {doc.get('detail')}"
+        if not self.ever_ready and self.pending is None:
+            raise HaltServer(f"the model failed to load: {reason}", self.WORKER_BOOT_ERROR)
+        if self.pending is None or pid not in self.pending.new:
+            ready = sum(1 for s in self.states.values() if s.get("state") == "ready")
+            self.log.error(
+                "worker %s cannot load the model (%s); it answers 503 and retries; "
+                "%d of %d workers ready",
+                pid,
+                reason,
+                ready,
+                len(self.WORKERS),
+            )
+
+
+class SpoApplication(WSGIApplication):  # type: ignore[misc]
+    """gunicorn's command line, run by ``SpoArbiter``."""
+
+    def run(self) -> None:
+        if self.cfg.print_config or self.cfg.check_config:
+            super().run()  # gunicorn validates and exits
+            return
+        try:
+            SpoArbiter(self).run()
+        except RuntimeError as exc:
+            print(f"\nError: {exc}\n", file=sys.stderr)
+            sys.stderr.flush()
+            sys.exit(1)
+
+
+def main() -> None:
+    SpoApplication("%(prog)s [OPTIONS] [APP_MODULE]", prog="spo serve").run()
+
+
+if __name__ == "__main__":
+    # Run the importable module, not this ``__main__`` copy: workers reach ``REPORT_FD`` as app.master's.
+    from app.master import main as _main
+
+    _main()

@@ -1,0 +1,341 @@
+"""``app.master``: model reloads and load failures under a real gunicorn, with clients sending all along.
+
+Each test starts ``spo serve`` on a copy of the tiny model behind a symlink (``SPO_MODEL_DIR``), like a
+deployment that switches models by moving the link. Load comes from 4 client threads (``Load``) that
+record every answer; the tests assert what those answers were, and print the timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from app.master import REPORT_FD, report
+from tests.app.test_live import call, free_port, post_json, start_serve, stop, wait_ready
+
+BOOT_TIMEOUT_S = 120
+TEXT = "李白出生于碎叶城，他的妻子是许氏。"
+
+
+def model_copy(source: Path, target: Path, version: str) -> Path:
+    """A copy of ``source`` whose model.json says ``version``."""
+    shutil.copytree(source, target)
+    manifest = target / "model.json"
+    doc = json.loads(manifest.read_text(encoding="utf-8"))
+    doc["version"] = version
+    manifest.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
+def point(link: Path, target: Path) -> None:
+    """Switch ``link`` to ``target`` atomically (a new link renamed over the old one)."""
+    tmp = link.with_name(link.name + ".new")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    tmp.replace(link)
+
+
+@dataclass
+class Load:
+    """``clients`` threads posting ``TEXT`` until stopped; each answer as (time, status, version|code)."""
+
+    port: int
+    clients: int = 4
+    answers: list[tuple[float, int, str]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def _client(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = post_json(self.port, {"text": TEXT})
+                doc = answer.json()
+                what = doc["model"]["version"] if answer.status == 200 else doc.get("code", "?")
+                self.answers.append((started, answer.status, str(what)))
+            except Exception as exc:
+                self.answers.append((started, 0, type(exc).__name__))
+
+    def __enter__(self) -> Load:
+        self._threads = [threading.Thread(target=self._client) for _ in range(self.clients)]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
+
+    def since(self, t: float) -> list[tuple[float, int, str]]:
+        return [a for a in self.answers if a[0] >= t]
+
+    def failures(self) -> list[tuple[float, int, str]]:
+        return [a for a in self.answers if a[1] != 200]
+
+    def wait_answers(self, n: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        start = len(self.answers)
+        while len(self.answers) < start + n and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def log_lines(log: Path, needle: str) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines() if needle in line]
+
+
+def wait_log(log: Path, needle: str, timeout: float, count: int = 1) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = log_lines(log, needle)
+        if len(lines) >= count:
+            return lines[count - 1]
+        time.sleep(0.1)
+    pytest.fail(f"no {needle!r} in the log after {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def serve_env(link: Path, **settings: str) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_MODEL_DIR": str(link),
+        "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
+        "SPO_ACCESS_LOG": "0",
+        **settings,
+    }
+
+
+@dataclass
+class Server:
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    pid_file: Path
+
+
+@pytest.fixture
+def models(triples_model_dir: Path, tmp_path: Path) -> dict[str, Path]:
+    """Version 1 (A), version 2 (B), and a link pointing at A."""
+    a = model_copy(triples_model_dir, tmp_path / "A", "1")
+    b = model_copy(triples_model_dir, tmp_path / "B", "2")
+    link = tmp_path / "current"
+    point(link, a)
+    return {"A": a, "B": b, "link": link}
+
+
+@contextmanager
+def run_server(env: dict[str, str], tmp_path: Path) -> Iterator[Server]:
+    port = free_port()
+    pid_file = tmp_path / "spo.pid"
+    env = {**env, "SPO_PID_FILE": str(pid_file)}
+    log = tmp_path / "serve.log"
+    process = start_serve(port, env, log)
+    try:
+        wait_ready(port, process, log, BOOT_TIMEOUT_S)
+        yield Server(port, process, log, pid_file)
+    finally:
+        stop(process)
+    assert not pid_file.exists(), "the master left its pid file behind"
+
+
+def spo_reload(server: Server) -> None:
+    spo = Path(sys.executable).with_name("spo")
+    result = subprocess.run(
+        [str(spo), "reload", "--pid-file", str(server.pid_file)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_master_reloads_under_load_without_a_failed_request(
+    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Concurrency 4 throughout: A -> B (spo reload), then a broken model.json (refused), then a
+    corrupt SavedModel (its workers fail; the reload is undone): zero failed requests, and after
+    "reload done" every answer comes from B."""
+    env = serve_env(models["link"], SPO_WORKERS="2", SPO_THREADS="4")
+    broken = model_copy(models["A"], tmp_path / "broken", "3")
+    (broken / "model.json").write_text('{"name": "broken",', encoding="utf-8")
+    corrupt = model_copy(models["A"], tmp_path / "corrupt", "4")
+    (corrupt / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    with run_server(env, tmp_path) as server, Load(server.port) as load:
+        load.wait_answers(20)
+        # 1. A -> B: the old workers serve until every new one is warm.
+        point(models["link"], models["B"])
+        hup = time.monotonic()
+        spo_reload(server)
+        done_line = wait_log(server.log, "reload done", BOOT_TIMEOUT_S)
+        done = time.monotonic()
+        load.wait_answers(40)
+        # 2. model.json broken: the master refuses the reload, nothing changes.
+        point(models["link"], broken)
+        spo_reload(server)
+        refused = wait_log(server.log, "reload refused", 30)
+        load.wait_answers(20)
+        # 3. SavedModel corrupt (only TensorFlow can tell): the new workers fail, the old serve on.
+        point(models["link"], corrupt)
+        spo_reload(server)
+        failed = wait_log(server.log, "reload failed", BOOT_TIMEOUT_S)
+        load.wait_answers(40)
+    # The old generation of step 1 only retires when step 1 is done: allow 1 s of answers that had
+    # started before the master saw the last worker ready.
+    after = load.since(done + 1.0)
+    during = [a for a in load.answers if hup <= a[0] < done]
+    assert not load.failures(), f"{len(load.failures())} failed: {load.failures()[:5]}"
+    assert after and {a[2] for a in after} == {"2"}, Counter(a[2] for a in after)
+    assert "broken" in refused or "model.json" in refused
+    assert "model_load_error" in failed
+    assert server.process.returncode == 0
+    with capsys.disabled():
+        print(
+            f"\nreload A->B: {done - hup:.1f}s from HUP to 'reload done' "
+            f"({done_line.split('reload done in ')[1].split(':')[0]} by the master), "
+            f"{len(during)} requests answered meanwhile, {len(load.answers)} in all, "
+            f"{len(load.failures())} failed; versions {dict(Counter(a[2] for a in load.answers))}"
+        )
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_master_worker_recycled_while_model_dir_is_gone_stays_up_and_recovers(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """One worker recycled every ~12 requests while its model directory has been moved away (root
+    reads any file, so "unreadable" is simulated by its absence): the replacement stays up with
+    /healthz 200, /readyz and /v1/extract 503 invalid_manifest, never a refused connection or a 500;
+    once the directory is back it loads the model by itself."""
+    env = serve_env(
+        models["link"],
+        SPO_WORKERS="1",
+        SPO_MAX_REQUESTS="12",
+        SPO_MAX_REQUESTS_JITTER="1",
+        SPO_LOAD_RETRY_MAX_S="1",
+    )
+    away = tmp_path / "A.away"
+    with run_server(env, tmp_path) as server:
+        try:
+            models["A"].rename(away)
+            statuses: Counter[tuple[int, str]] = Counter()
+            deadline = time.monotonic() + BOOT_TIMEOUT_S
+            while time.monotonic() < deadline:
+                answer = post_json(server.port, {"text": TEXT})
+                doc = answer.json()
+                statuses[(answer.status, doc.get("code") or doc["model"]["version"])] += 1
+                if answer.status == 503:
+                    break
+            assert call(server.port, "GET", "/healthz").status == 200
+            ready = call(server.port, "GET", "/readyz")
+            assert ready.status == 503 and ready.mimetype == "application/problem+json"
+            assert ready.json()["code"] == "invalid_manifest"
+            assert ready.headers["retry-after"]
+            assert wait_log(server.log, "cannot load the model", 30)
+            assert log_lines(server.log, "model directory not found")
+            away.rename(models["A"])
+            wait_ready(server.port, server.process, server.log, BOOT_TIMEOUT_S)
+            assert post_json(server.port, {"text": TEXT}).json()["model"]["version"] == "1"
+            assert server.process.poll() is None
+        finally:
+            if away.exists():
+                away.rename(models["A"])
+    assert set(statuses) <= {(200, "1"), (503, "invalid_manifest")}, statuses
+    assert statuses[(503, "invalid_manifest")] == 1
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_master_first_start_with_a_corrupt_model_exits_nonzero(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """What only TensorFlow finds (a corrupt SavedModel) fails the first worker; with no worker ever
+    ready, the master halts with the reason and a non-zero exit instead of serving 503s forever."""
+    (models["A"] / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    log = tmp_path / "serve.log"
+    env = serve_env(models["link"], SPO_WORKERS="1", SPO_PID_FILE=str(tmp_path / "spo.pid"))
+    process = start_serve(free_port(), env, log)
+    try:
+        code = process.wait(BOOT_TIMEOUT_S)
+    finally:
+        stop(process)
+    output = log.read_text()
+    assert code == 3, output[-3000:]
+    assert "the model failed to load: model_load_error" in output
+    assert not (tmp_path / "spo.pid").exists()
+
+
+def test_master_report_without_a_master_is_a_no_op() -> None:
+    """Under plain gunicorn (no SpoArbiter) workers have no pipe: reporting does nothing."""
+    assert REPORT_FD is None
+    report("ready", model="x", version="1")
+
+
+def test_master_spo_reload_errors(tmp_path: Path) -> None:
+    spo = Path(sys.executable).with_name("spo")
+    missing = subprocess.run(
+        [str(spo), "reload", "--pid-file", str(tmp_path / "nope.pid")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert missing.returncode == 1 and "is `spo serve` running?" in missing.stderr
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "stale.pid").write_text(f"{dead.pid}\n")
+    stale = subprocess.run(
+        [str(spo), "reload", "--pid-file", str(tmp_path / "stale.pid")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert stale.returncode == 1 and "stale pid file" in stale.stderr
+
+
+def test_master_spo_reload_sends_hup(tmp_path: Path) -> None:
+    spo = Path(sys.executable).with_name("spo")
+    flag = tmp_path / "hup"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time, pathlib\n"
+            f"signal.signal(signal.SIGHUP, lambda *a: (pathlib.Path({str(flag)!r}).touch(), sys.exit(0)))\n"
+            "print('up', flush=True)\n"
+            "time.sleep(30)\n",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
+        (tmp_path / "spo.pid").write_text(str(child.pid))
+        result = subprocess.run(
+            [str(spo), "reload", "--pid-file", str(tmp_path / "spo.pid")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert result.returncode == 0, result.stderr
+        assert child.wait(10) == 0 and flag.exists()
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
