@@ -1,0 +1,196 @@
+"""``spo serve --nginx HOST:PORT``: nginx in front of gunicorn on a private unix socket, both supervised.
+
+The production layout in one command. A private run directory (``mkdtemp``, mode 0711: nginx's
+workers may reach the socket but nobody may list the directory) holds gunicorn's socket and nginx's
+prefix (the rendered ``deploy/nginx.conf``, its pid file, logs and temp files). Both processes start in
+their own process group, so a Ctrl-C in the terminal reaches only this supervisor, which then stops them
+in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it is killed.
+
+- SIGTERM / SIGINT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
+  gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
+  is killed. The run directory is removed: no socket, pid file or temp file stays behind.
+- SIGHUP: passed to gunicorn's master, which reloads the model (``app.master``); ``spo reload`` does
+  the same through the pid file.
+- If either process exits on its own, the other is stopped and the supervisor exits non-zero.
+
+nginx's errors go to this process's stderr (and its own error log in the run directory); gunicorn's
+logs and access log stay on stdout/stderr as without ``--nginx``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from app.settings import Settings
+
+NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
+NGINX_MISSING = (
+    "nginx is not installed, and --nginx runs it. On Debian or Ubuntu: "
+    "sudo apt-get install nginx-light (or nginx). Or serve with gunicorn alone: drop --nginx."
+)
+_PR_SET_PDEATHSIG = 1
+_POLL_S = 0.2
+
+
+def _say(message: str) -> None:
+    """The supervisor's own lines, on stderr beside gunicorn's and nginx's."""
+    click.echo(f"spo serve: {message}", err=True)
+
+
+def find_nginx() -> str | None:
+    """The nginx binary: on the PATH, else where Debian and source builds put it."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return next((p for p in NGINX_CANDIDATES if os.access(p, os.X_OK)), None)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: its own process group, and SIGTERM when the supervisor dies."""
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+class Supervisor:
+    """Runs nginx and gunicorn, forwards signals, stops both cleanly; ``run()`` returns the exit code."""
+
+    def __init__(
+        self,
+        nginx_argv: Sequence[str],
+        gunicorn_argv: Sequence[str],
+        gunicorn_env: Mapping[str, str],
+        *,
+        graceful_timeout: float,
+        on_exit: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.nginx_argv = list(nginx_argv)
+        self.gunicorn_argv = list(gunicorn_argv)
+        self.gunicorn_env = dict(gunicorn_env)
+        self.graceful_timeout = graceful_timeout
+        self.on_exit = on_exit
+        self.signals: list[int] = []
+
+    def _queue(self, signum: int, frame: FrameType | None) -> None:
+        self.signals.append(signum)
+
+    def run(self) -> int:
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        previous = {s: signal.signal(s, self._queue) for s in handled}
+        gunicorn = nginx = None
+        try:
+            gunicorn = subprocess.Popen(
+                self.gunicorn_argv, env=self.gunicorn_env, preexec_fn=_die_with_parent
+            )
+            nginx = subprocess.Popen(self.nginx_argv, preexec_fn=_die_with_parent)
+            return self._watch(gunicorn, nginx)
+        finally:
+            self._stop(nginx, gunicorn)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self.on_exit()
+
+    def _watch(self, gunicorn: subprocess.Popen[bytes], nginx: subprocess.Popen[bytes]) -> int:
+        while True:
+            while self.signals:
+                signum = self.signals.pop(0)
+                if signum == signal.SIGHUP:
+                    _say("SIGHUP: passing it to gunicorn (model reload)")
+                    gunicorn.send_signal(signal.SIGHUP)
+                else:
+                    _say(f"{signal.Signals(signum).name}: stopping nginx, then gunicorn")
+                    return 0
+            for name, process in (("gunicorn", gunicorn), ("nginx", nginx)):
+                code = process.poll()
+                if code is not None:
+                    _say(f"{name} exited (status {code}): stopping the other")
+                    return code or 1
+            time.sleep(_POLL_S)
+
+    def _stop(
+        self, nginx: subprocess.Popen[bytes] | None, gunicorn: subprocess.Popen[bytes] | None
+    ) -> None:
+        # nginx first, gracefully: it stops accepting and its requests in flight finish upstream;
+        # then gunicorn, whose workers finish what they hold.
+        for process, sig in ((nginx, signal.SIGQUIT), (gunicorn, signal.SIGTERM)):
+            if process is None or process.poll() is not None:
+                continue
+            process.send_signal(sig)
+            try:
+                process.wait(self.graceful_timeout + 5)
+            except subprocess.TimeoutExpired:
+                _say(f"pid {process.pid} did not stop in time: killing it")
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+
+
+def serve_behind_nginx(
+    settings: Settings,
+    listen: str,
+    pid_file: Path,
+    gunicorn_args: Sequence[str],
+    environ: Mapping[str, str],
+) -> int:
+    """``spo serve --nginx``: render the config, start and supervise both; the exit code."""
+    from app.server import gunicorn_command, render_nginx_conf
+
+    nginx = find_nginx()
+    if nginx is None:
+        raise click.ClickException(NGINX_MISSING)
+    run_dir = Path(tempfile.mkdtemp(prefix="spo-serve-"))
+    try:
+        run_dir.chmod(0o711)
+        socket_path = run_dir / "gunicorn.sock"
+        prefix = run_dir / "nginx"
+        prefix.mkdir()
+        conf = prefix / "nginx.conf"
+        conf.write_text(
+            render_nginx_conf(
+                settings, listen=listen, upstream=f"unix:{socket_path}", prefix=prefix
+            ),
+            encoding="utf-8",
+        )
+        nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf), "-g", "error_log stderr warn;"]
+        check = subprocess.run(
+            [*nginx_argv, "-t", "-q"], capture_output=True, text=True, check=False
+        )
+        if check.returncode != 0:
+            raise click.ClickException(f"nginx refuses the configuration:\n{check.stderr.strip()}")
+        argv, env = gunicorn_command(
+            settings.replace(bind=f"unix:{socket_path}"),
+            gunicorn_args,
+            environ,
+            pid_file=pid_file,
+        )
+        env["SPO_BIND"] = f"unix:{socket_path}"
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    _say(
+        f"nginx on {listen} -> gunicorn on unix:{socket_path}, {settings.workers} worker(s), "
+        f"model {settings.model_dir}; pid file {pid_file}"
+    )
+    sys.stderr.flush()
+    supervisor = Supervisor(
+        nginx_argv,
+        argv,
+        env,
+        graceful_timeout=settings.graceful_timeout,
+        on_exit=lambda: shutil.rmtree(run_dir, ignore_errors=True),
+    )
+    return supervisor.run()

@@ -1,0 +1,196 @@
+"""``spo serve --nginx``: nginx in front of gunicorn on a private socket, supervised, stopped cleanly.
+
+The live tests need Debian's nginx (``.ci/run`` installs nginx-light) and skip, saying why, without it.
+The signal handling itself is tested with two stand-in processes, without nginx or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from app.server import default_pid_file
+from app.supervisor import find_nginx
+from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
+
+BOOT_TIMEOUT_S = 120
+needs_nginx = pytest.mark.skipif(
+    find_nginx() is None, reason="nginx is not installed (.ci/run installs nginx-light)"
+)
+SPO = Path(sys.executable).with_name("spo")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(SPO), "serve", "--nginx", f"127.0.0.1:{port}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def run_dir_of(log: Path) -> Path:
+    match = re.search(r"gunicorn on unix:(\S+)/gunicorn\.sock", log.read_text())
+    assert match, log.read_text()[-2000:]
+    return Path(match.group(1))
+
+
+def serve_env(model_dir: Path) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_MODEL_DIR": str(model_dir),
+        "SPO_WORKERS": "1",
+        "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
+        "SPO_MAX_BODY_BYTES": "4096",
+    }
+
+
+@needs_nginx
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    process = start(port, serve_env(triples_model_dir), log)
+    pid_file = default_pid_file(f"127.0.0.1:{port}")
+    try:
+        wait_ready(port, process, log, BOOT_TIMEOUT_S)
+        run_dir = run_dir_of(log)
+        assert (run_dir / "gunicorn.sock").is_socket()
+        assert run_dir.stat().st_mode & 0o777 == 0o711
+        nginx_pid = int((run_dir / "nginx" / "nginx.pid").read_text())
+        gunicorn_pid = int(pid_file.read_text())
+        answer = post_json(port, {"text": "李白出生于碎叶城。"})
+        assert answer.status == 200 and answer.json()["model"]["name"] == "tiny-triples"
+        assert re.fullmatch(r"[0-9a-f]{32}", answer.headers["x-request-id"])  # nginx's $request_id
+        # nginx refuses a body over SPO_MAX_BODY_BYTES itself, as problem+json.
+        big = call(port, "POST", "/v1/extract", b"x" * 8192, {"Content-Type": "application/json"})
+        assert big.status == 413 and big.mimetype == PROBLEM
+        assert big.json()["code"] == "body_too_large"
+        # spo reload finds gunicorn's master through the pid file of this address.
+        reload = subprocess.run(
+            [str(SPO), "reload", "--nginx", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert reload.returncode == 0, reload.stderr
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        while "reload done" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "reload done" in log.read_text(), log.read_text()[-3000:]
+        assert post_json(port, {"text": "北京"}).status == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not alive(nginx_pid) and not alive(gunicorn_pid)
+    assert not run_dir.exists(), "socket, nginx pid file or temp files left behind"
+    assert not pid_file.exists()
+    with pytest.raises(OSError):
+        call(port, "GET", "/healthz", timeout=2)
+
+
+@needs_nginx
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_supervisor_stops_nginx_when_gunicorn_cannot_start(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """A model only TensorFlow finds corrupt: gunicorn halts (status 3), and the supervisor stops
+    nginx, removes its run directory and exits with that status."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(triples_model_dir, model)
+    (model / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    log = tmp_path / "serve.log"
+    process = start(free_port(), serve_env(model), log)
+    try:
+        assert process.wait(BOOT_TIMEOUT_S) == 3, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log.read_text()
+    assert "the model failed to load" in output
+    assert "gunicorn exited (status 3): stopping the other" in output
+    assert not run_dir_of(log).exists()
+
+
+STAND_IN = """
+import signal, sys, time, pathlib
+log = pathlib.Path(sys.argv[1])
+def bye(sig, frame):
+    log.write_text(signal.Signals(sig).name)
+    sys.exit(0)
+for s in (signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+    signal.signal(s, bye if s != signal.SIGHUP else lambda *a: log.write_text("HUP"))
+print(flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -> None:
+    """SIGHUP goes to gunicorn only; SIGINT/SIGTERM stop nginx (SIGQUIT: graceful) and gunicorn
+    (SIGTERM: graceful), and the supervisor exits 0 once both are gone."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    nginx_log, gunicorn_log = tmp_path / "nginx", tmp_path / "gunicorn"
+    driver = textwrap.dedent(
+        f"""
+        import sys
+        from app.supervisor import Supervisor
+        py, s = sys.executable, {str(stand_in)!r}
+        sup = Supervisor([py, s, {str(nginx_log)!r}], [py, s, {str(gunicorn_log)!r}], {{}},
+                         graceful_timeout=5, on_exit=lambda: print("cleaned", flush=True))
+        sys.exit(sup.run())
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "\n" and process.stdout.readline() == "\n"
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while not gunicorn_log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gunicorn_log.read_text() == "HUP" and not nginx_log.exists()
+        process.send_signal(stop_with)
+        assert process.wait(20) == 0
+        assert process.stdout.read() == "cleaned\n"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    assert nginx_log.read_text() == "SIGQUIT"
+    assert gunicorn_log.read_text() == "SIGTERM"
