@@ -19,7 +19,7 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   started it, so a worker recycled later (``max_requests``, the RSS watchdog) loads the same version as
   its siblings, even after the symlink has moved. A recycled worker that cannot load it (the directory
   became unreadable) stays up: ``/healthz`` 200, ``/readyz`` and ``/v1/*`` 503 with the error's code,
-  and it retries with backoff (``app.model``) until the directory is back.
+  and it retries with backoff (``app.model_slot``) until the directory is back.
 
 Why a new generation beside the old rather than gunicorn's own HUP (which stops the old workers at
 once): during the new workers' load every request would wait in the listen backlog, and on a broken
