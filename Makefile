@@ -3,9 +3,10 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+ONNX_STAMP := $(VENV)/.installed-onnx
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check format test test-fast serve bench demo-model clean
+.PHONY: help venv extra-onnx check format test test-fast serve bench demo-model clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +23,12 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
+extra-onnx: $(ONNX_STAMP)  ## install the optional onnx extra (onnx engine, spo export-onnx)
+
+$(ONNX_STAMP): $(STAMP) requirements-onnx.lock
+	$(BIN)/pip install -q -r requirements-onnx.lock
+	@touch $@
+
 check: venv  ## lint, format check and type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -31,7 +38,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv  ## the whole test suite, slow and live tests included
+test: venv $(ONNX_STAMP)  ## the whole test suite, slow and live tests included
 	$(BIN)/pytest
 
 test-fast: venv  ## the suite without slow and live tests
@@ -40,7 +47,7 @@ test-fast: venv  ## the suite without slow and live tests
 serve: venv  ## start the service on models/demo (gunicorn; SPO_* variables configure it)
 	$(BIN)/spo serve
 
-bench: venv  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
+bench: venv $(ONNX_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
 	bash bench/setup.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
