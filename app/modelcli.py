@@ -1,4 +1,4 @@
-"""Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``.
+"""Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``, ``spo export-onnx``.
 
 Thin click wrappers over ``training.*``, the only command lines of those modules (imported inside each
 command, so ``spo --help`` stays fast; ``training.config`` is light: it gives ``spo train`` its
@@ -216,4 +216,36 @@ def export_command(
     click.echo(f"model written to {result}")
 
 
-COMMANDS = (make_corpus, train_command, evaluate_command, export_command)
+@click.command("export-onnx")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "int8"]),
+    default="fp32",
+    show_default=True,
+    help="int8: ONNX Runtime dynamic quantization (int8 weights) of the converted model.",
+)
+@click.option("--opset", type=click.IntRange(min=13), default=17, show_default=True)
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def export_onnx_command(
+    model_dir: Path, out: Path, precision: str, opset: int, force: bool
+) -> None:
+    """Convert MODEL_DIR's SavedModel into OUT, a model directory for the opt-in onnx engine.
+
+    Serve OUT like any model directory (SPO_MODEL_DIR=OUT): its model.json selects ONNX Runtime.
+    Needs the optional extra: pip install '.[onnx]'.
+    """
+    from nlp.errors import ModelLoadError
+    from training.onnx_export import OnnxExportError, export_onnx
+
+    if out.exists() and not force:
+        raise click.ClickException(f"{out} exists (use --force to replace it)")
+    try:
+        result = export_onnx(model_dir, out, precision=precision, opset=opset, force=force)
+    except (OnnxExportError, ModelLoadError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"onnx model ({precision}) written to {result}")
+
+
+COMMANDS = (make_corpus, train_command, evaluate_command, export_command, export_onnx_command)

@@ -16,13 +16,19 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "threshold": 0.0,
       "length_buckets": [16, 24, 32, 48, 64, 96, 128, 192, 256],
       "batch_buckets": [1, 2, 4, 8, 16, 32],
-      "single_row_length_step": 8                # optional; null = one-row batches use length_buckets
+      "single_row_length_step": 8,               # optional; null = one-row batches use length_buckets
+      "engine": {"name": "onnx", "file": "model.onnx", ...}   # optional; absent = the TF SavedModel
     }
 
 ``outputs`` lists tensor names in role order: ``[entity, head, tail]`` for triples (GPLinker), and
 ``[entities]`` for the typed GlobalPointer NER. When ``inputs``/``outputs`` are absent the runtime takes
 them from the SavedModel's ``serving_default`` signature. ``vocab.path`` is resolved against the model
 directory first, then the project root. Validation names the offending field in every error.
+
+``engine`` (absent for the TensorFlow SavedModel, the default) marks a directory written by
+``spo export-onnx`` for the opt-in ``onnx`` engine: ``name`` ("onnx"), ``file`` (relative, no SavedModel
+needed) and its ``sha256``, ``opset``, ``precision`` ("fp32" or "int8"), ``quantization`` (null, or how
+int8 was made), ``tools`` (the converter versions) and ``source`` (the SavedModel it came from).
 """
 
 from __future__ import annotations
@@ -47,6 +53,25 @@ DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # bucket: about 3% padding instead of 15%, for 24 more (cheap, one-row) warm-up shapes; BENCHMARKS.md.
 DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
 MANIFEST_NAME = "model.json"
+ENGINES = ("tf", "onnx")
+ENGINE_PRECISIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The ``engine`` section of a converted model directory (``file`` is absolute)."""
+
+    name: str
+    file: Path
+    sha256: str
+    opset: int
+    precision: str
+    quantization: dict[str, Any] | None
+    tools: dict[str, str]
+    source: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "precision": self.precision, "opset": self.opset}
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,12 @@ class Manifest:
     length_buckets: tuple[int, ...]
     batch_buckets: tuple[int, ...]
     single_row_length_step: int | None = DEFAULT_SINGLE_ROW_LENGTH_STEP
+    engine_spec: EngineSpec | None = None
+
+    @property
+    def engine(self) -> str:
+        """``tf`` (the SavedModel in a Session, the default) or ``onnx`` (``spo export-onnx``)."""
+        return self.engine_spec.name if self.engine_spec is not None else "tf"
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -107,6 +138,8 @@ class Manifest:
             "batch_buckets": list(self.batch_buckets),
             "single_row_length_step": self.single_row_length_step,
         }
+        if self.engine_spec is not None:
+            out["engine"] = self.engine_spec.summary()
         if self.task == "triples":
             out["predicates"] = [p.to_dict() for p in self.predicates]
         else:
@@ -351,6 +384,7 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
             "single_row_length_step",
             f"expected an integer from 1 to max_length ({max_length}), or null, got {step!r}",
         )
+    engine = _engine(doc, directory, check_files=check_files)
     return Manifest(
         directory=directory.resolve(),
         name=name,
@@ -368,6 +402,61 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         length_buckets=length_buckets,
         batch_buckets=batch_buckets,
         single_row_length_step=step,
+        engine_spec=engine,
+    )
+
+
+def _engine(doc: dict[str, Any], directory: Path, *, check_files: bool) -> EngineSpec | None:
+    raw = doc.get("engine")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _fail("engine", "expected an object (or no field: the TensorFlow SavedModel)")
+    name = raw.get("name")
+    if name not in ENGINES:
+        raise _fail("engine.name", f"expected one of {', '.join(ENGINES)}, got {name!r}")
+    if name == "tf":
+        return None
+    file = _nonempty_str(raw.get("file"), "engine.file")
+    if Path(file).is_absolute() or ".." in Path(file).parts:
+        raise _fail("engine.file", f"must be a path inside the model directory, got {file!r}")
+    path = (directory / file).resolve()
+    sha = _nonempty_str(raw.get("sha256"), "engine.sha256").lower()
+    opset = _req(raw, "opset", int, "engine.opset")
+    if opset < 1:
+        raise _fail("engine.opset", f"expected a positive integer, got {opset}")
+    precision = raw.get("precision")
+    if precision not in ENGINE_PRECISIONS:
+        raise _fail(
+            "engine.precision", f"expected one of {', '.join(ENGINE_PRECISIONS)}, got {precision!r}"
+        )
+    quantization = raw.get("quantization")
+    if precision == "int8" and not isinstance(quantization, dict):
+        raise _fail("engine.quantization", "an int8 model must record how it was quantized")
+    if precision == "fp32" and quantization is not None:
+        raise _fail("engine.quantization", "must be null for an fp32 model")
+    tools = _req(raw, "tools", dict, "engine.tools")
+    for key, value in tools.items():
+        if not isinstance(value, str) or not value:
+            raise _fail(f"engine.tools.{key}", "expected a version string")
+    source = raw.get("source", {})
+    if not isinstance(source, dict):
+        raise _fail("engine.source", "expected an object")
+    if check_files:
+        if not path.is_file():
+            raise _fail("engine.file", f"file not found: {path}")
+        actual = sha256_file(path)
+        if actual != sha:
+            raise _fail("engine.sha256", f"mismatch for {path}: manifest {sha}, file {actual}")
+    return EngineSpec(
+        name=name,
+        file=path,
+        sha256=sha,
+        opset=opset,
+        precision=precision,
+        quantization=quantization,
+        tools=dict(tools),
+        source=dict(source),
     )
 
 
@@ -386,10 +475,11 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}", field=MANIFEST_NAME) from exc
-    if check_files:
+    manifest = parse_manifest(doc, directory, check_files=check_files)
+    if check_files and manifest.engine == "tf":
         for required in ("saved_model.pb", "variables"):
             if not (directory / required).exists():
                 raise ManifestError(
                     f"{directory}: SavedModel file missing: {required}", field=required
                 )
-    return parse_manifest(doc, directory, check_files=check_files)
+    return manifest

@@ -126,9 +126,18 @@ class Extractor:
             options.max_batch_tokens,
             single_row_step=manifest.single_row_length_step,
         )
-        runtime = SessionRuntime.for_model(
-            manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
-        )
+        runtime: Runtime
+        if manifest.engine_spec is not None:
+            # A directory written by `spo export-onnx`: the opt-in ONNX Runtime engine.
+            from nlp.onnx_runtime import OnnxRuntime
+
+            runtime = OnnxRuntime.for_model(
+                manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
+            )
+        else:
+            runtime = SessionRuntime.for_model(
+                manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
+            )
         return cls(
             manifest, tokenizer, runtime, max_text_chars=options.max_text_chars, buckets=buckets
         )

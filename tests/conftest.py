@@ -145,3 +145,19 @@ def triples_model_dir(make_model_dir: ModelFactory) -> Path:
 def entities_model_dir(make_model_dir: ModelFactory) -> Path:
     """Tiny typed GlobalPointer NER, graph-mode export."""
     return make_model_dir("entities", threshold=0.0)
+
+
+@pytest.fixture(scope="session")
+def onnx_model_dirs(
+    triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """The tiny GPLinker converted by ``spo export-onnx``: ``{"fp32": dir, "int8": dir}``.
+
+    Needs the optional ``onnx`` extra (``make test`` installs it).
+    """
+    pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: make extra-onnx")
+    pytest.importorskip("tf2onnx", reason="the onnx extra is not installed: make extra-onnx")
+    from training.onnx_export import export_onnx
+
+    base = tmp_path_factory.mktemp("onnx")
+    return {p: export_onnx(triples_model_dir, base / p, precision=p) for p in ("fp32", "int8")}
