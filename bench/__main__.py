@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|percall|threads|http|microbatch|report] [options]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|percall|peer|threads|http|microbatch|report] [options]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -20,6 +20,7 @@ STEPS = (
     "batch",
     "precision",
     "percall",
+    "peer",
     "threads",
     "http",
     "microbatch",
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--microbatch-workers", type=int, default=2, help="microbatch: gunicorn workers"
     )
+    parser.add_argument(
+        "--peer-texts", type=int, default=600, help="peer: workload texts per runtime"
+    )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
     args = parser.parse_args(argv)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -111,6 +115,10 @@ def main(argv: list[str] | None = None) -> None:
             from bench import percall
 
             percall.run(intra=args.intra, inter=args.inter)
+        elif step == "peer":
+            from bench import peer
+
+            peer.run(intra=args.intra, inter=args.inter, texts=args.peer_texts)
         elif step == "threads":
             from bench import threads
 

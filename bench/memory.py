@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.common import read_result, write_result
 from bench.runner import run_worker
-from bench.runtimes import RUNTIMES
+from bench.runtimes import ORT, RUNTIMES
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,17 @@ def run(
     previous = read_result("memory") or {}
     kept = [r for r in previous.get("runtimes", []) if r["runtime"] not in runtimes]
     results: list[Any] = []
+    if any(r in ORT for r in runtimes):
+        from training.onnx_export import OnnxExportError, _require_tools
+
+        try:
+            _require_tools()
+            from bench.peer import onnx_dirs
+
+            onnx_dirs()  # converted here, so the workers' RSS is the engine's alone
+        except OnnxExportError as exc:
+            logger.warning("%s skipped: %s", ", ".join(r for r in runtimes if r in ORT), exc)
+            runtimes = tuple(r for r in runtimes if r not in ORT)
     for name in runtimes:
         result = run_worker(
             "memory",

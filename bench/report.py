@@ -204,6 +204,7 @@ def tables() -> str:
             "",
         ]
     out += percall_table(read_result("percall"))
+    out += peer_table(read_result("peer"))
     out += precision_table(read_result("precision"))
     out += microbatch_table(read_result("microbatch"))
     return "\n".join(out).rstrip() + "\n"
@@ -225,6 +226,31 @@ def percall_table(doc: dict[str, Any] | None) -> list[str]:
     for i, n in enumerate(doc["lengths"]):
         out.append(
             f"| {n} | " + " | ".join(f"{r['rows'][i]['median_ms']:.1f}" for r in runs) + " |"
+        )
+    out.append("")
+    return out
+
+
+def peer_table(doc: dict[str, Any] | None) -> list[str]:
+    """spo's precisions and ONNX Runtime, interleaved (``bench/peer.py``), and the targets' verdicts."""
+    if not doc:
+        return []
+    from bench.peer import table
+
+    out = [
+        f"### spo against ONNX Runtime (median ms per call, {doc['rounds']} interleaved rounds of "
+        f"{doc['calls_per_round']} calls; in brackets: speed-up over spo-fp32; intra-op "
+        f"{doc['intra_op_threads']}; {doc['when']})",
+        "",
+        *table(doc),
+        "",
+    ]
+    for name, verdict in doc.get("targets", {}).items():
+        ratios = ", ".join(f"{k}: {v:.2f}" for k, v in verdict["ratios"].items())
+        mode = f" ({verdict['mode']})" if "mode" in verdict else ""
+        out.append(
+            f"- {name}{mode}: **{'met' if verdict['met'] else 'not met'}** "
+            f"(latency ratio to the peer: {ratios})"
         )
     out.append("")
     return out

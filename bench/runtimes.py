@@ -9,7 +9,9 @@ decoding), so only the model call differs:
 - ``tf2-function``: a ``tf.function`` with an ``input_signature`` of ``None`` dims around the call;
 - ``spo`` / ``spo-jemalloc``: ``Extractor.load`` of the graph export (Session, bucketed shapes, warmed),
   the latter in a process started with jemalloc in ``LD_PRELOAD``;
-- ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons).
+- ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons);
+- ``ort-fp32`` / ``ort-int8``: ``Extractor.load`` of the ONNX conversions of the graph export
+  (``bench.peer.onnx_dirs``): the opt-in ``onnx`` engine, ONNX Runtime behind the same buckets.
 
 Each naive runtime implements ``nlp.protocols.Runtime``, the interface ``Extractor`` runs its model
 through. TensorFlow is imported inside the functions: a process picks one runtime.
@@ -28,8 +30,18 @@ from nlp.config import LoadOptions
 if TYPE_CHECKING:
     from nlp.pipeline import Extractor
 
-RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc", "spo-bf16")
+RUNTIMES = (
+    "tf2-call",
+    "tf2-signature",
+    "tf2-function",
+    "spo",
+    "spo-jemalloc",
+    "spo-bf16",
+    "ort-fp32",
+    "ort-int8",
+)
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
+ORT = ("ort-fp32", "ort-int8")
 
 
 class NaiveRuntime:
@@ -86,6 +98,12 @@ def extractor_for(
     """An ``Extractor`` over runtime ``kind``, with ``intra`` / ``inter`` TensorFlow threads."""
     from nlp.config import load_extractor
 
+    if kind in ORT:
+        from bench.peer import onnx_dirs
+
+        return load_extractor(
+            LoadOptions(Path(onnx_dirs()[kind]), intra_op_threads=intra, inter_op_threads=inter)
+        )
     options = LoadOptions(
         Path(dirs["graph"]),
         precision="bf16" if kind == "spo-bf16" else precision,

@@ -305,6 +305,115 @@ def percall(args: argparse.Namespace) -> dict[str, Any]:
     return {"runtime": args.runtime, "precision": args.precision, "rows": rows}
 
 
+def _spo_modes(dirs: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """spo's precisions on the RBT6 model: ``{"spo-<precision>": (model_dir, precision)}``.
+
+    Every mode ``nlp.runtime`` declares is picked up: bf16 only on a CPU with bf16; a mode that needs
+    its own model directory (int8) when ``bench.rbt6.model_dirs()`` has one under its name.
+    """
+    from nlp.runtime import PRECISIONS, cpu_supports_bf16
+
+    modes = {}
+    for precision in PRECISIONS:
+        if precision == "bf16" and not cpu_supports_bf16():
+            continue
+        if precision in ("fp32", "bf16"):
+            modes[f"spo-{precision}"] = (dirs["graph"], precision)
+        elif precision in dirs:
+            modes[f"spo-{precision}"] = (dirs[precision], precision)
+    return modes
+
+
+def peer(args: argparse.Namespace) -> dict[str, Any]:
+    """spo's precisions and ONNX Runtime, interleaved in one process (``bench.peer``)."""
+    from bench.peer import CALLS, SHAPES, WORKLOAD_BLOCK, onnx_dirs
+    from nlp.bucketing import BucketSpec
+    from nlp.manifest import load_manifest
+    from nlp.onnx_runtime import OnnxRuntime
+    from nlp.pipeline import Extractor
+    from nlp.runtime import SessionRuntime
+    from nlp.tokenization import Tokenizer
+
+    dirs = _dirs()
+    manifest = load_manifest(dirs["graph"])
+    tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
+    # Single-text requests, windows of long texts included, run as one-row batches: the same
+    # shapes for every runtime, all warmed, next to the per-call shapes.
+    buckets = BucketSpec(
+        manifest.length_buckets, (1,), None, single_row_step=manifest.single_row_length_step
+    )
+    shapes = sorted(set(buckets.shapes()) | set(SHAPES))
+    common = {
+        "shapes": shapes,
+        "input_names": manifest.input_names,
+        "output_names": manifest.output_names,
+        "n_outputs": manifest.n_outputs,
+        "vocab_size": tokenizer.vocab_size,
+        "intra_op_threads": args.intra,
+        "inter_op_threads": args.inter,
+    }
+    runtimes: dict[str, Any] = {}
+    loads: dict[str, dict[str, float]] = {}
+    for name, (model_dir, precision) in _spo_modes(dirs).items():
+        started = time.perf_counter()
+        runtimes[name] = SessionRuntime(model_dir, precision=precision, **common)  # type: ignore[arg-type]
+        loads[name] = {"load_warm_s": round(time.perf_counter() - started, 1)}
+    for name, model_dir in onnx_dirs().items():
+        converted = load_manifest(model_dir)
+        assert converted.engine_spec is not None
+        started = time.perf_counter()
+        runtimes[name] = OnnxRuntime(converted.engine_spec.file, **common)  # type: ignore[arg-type]
+        loads[name] = {"load_warm_s": round(time.perf_counter() - started, 1)}
+    rng = np.random.default_rng(5)
+    timings: dict[str, dict[str, list[float]]] = {r: {} for r in runtimes}
+    for _ in range(args.repeats):
+        for batch_, length in SHAPES:
+            ids = rng.integers(672, 21000, size=(batch_, length)).astype(np.int32)
+            seg = np.zeros_like(ids)
+            for name, runtime in runtimes.items():
+                for _ in range(3):
+                    runtime.run(ids, seg)
+                for _ in range(CALLS):
+                    t = time.perf_counter()
+                    runtime.run(ids, seg)
+                    timings[name].setdefault(f"{batch_}x{length}", []).append(
+                        time.perf_counter() - t
+                    )
+    percall_ms = {
+        name: {k: round(float(np.median(v)) * 1000, 2) for k, v in rows.items()}
+        for name, rows in timings.items()
+    }
+    extractors = {
+        name: Extractor(manifest, tokenizer, runtime, buckets=buckets)
+        for name, runtime in runtimes.items()
+    }
+    stream = request_texts(args.texts)
+    spent = dict.fromkeys(extractors, 0.0)
+    triples: dict[str, list[Any]] = {name: [] for name in extractors}
+    for start in range(0, len(stream), WORKLOAD_BLOCK):
+        block = stream[start : start + WORKLOAD_BLOCK]
+        for name, ex in extractors.items():
+            t = time.perf_counter()
+            got = [ex.extract(text) for text in block]
+            spent[name] += time.perf_counter() - t
+            triples[name] += [r.triples for r in got]
+    workload = {}
+    for name in extractors:
+        same = sum(a == b for a, b in zip(triples[name], triples["spo-fp32"], strict=True))
+        workload[name] = {
+            "texts": len(stream),
+            "texts_per_s": round(len(stream) / spent[name], 2),
+            "same_triples_as_spo_fp32": same,
+        }
+    return {
+        "model_key": Path(dirs["graph"]).parent.name,
+        "load": loads,
+        "percall": percall_ms,
+        "workload": workload,
+        "rss_end_mib": round(_rss() / MIB, 1),
+    }
+
+
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
     ex = extractor_for("spo", _dirs(), args.intra, args.inter)
@@ -324,7 +433,9 @@ def threads(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
-    parser.add_argument("mode", choices=("memory", "batch", "threads", "precision", "percall"))
+    parser.add_argument(
+        "mode", choices=("memory", "batch", "threads", "precision", "percall", "peer")
+    )
     parser.add_argument("--runtime", default="spo")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rss-every", type=int, default=500)
@@ -347,6 +458,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": threads,
         "precision": precision,
         "percall": percall,
+        "peer": peer,
     }
     result = modes[args.mode](args)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,147 @@
+"""spo's precisions against ONNX Runtime, the peer users would reach for, in the same interleaved runs.
+
+One worker process loads every runtime on the RBT6 benchmark model: spo (the TF session) in each
+precision it has (``nlp.runtime.PRECISIONS``, bf16 only on a CPU with bf16; a precision that needs its
+own model directory, such as int8, when ``bench.rbt6`` provides one) and ``ort-fp32`` / ``ort-int8``
+(ONNX Runtime over ``training.onnx_export``'s conversion of the same graph export, int8 by dynamic
+quantization). Then, with intra-op 2 / inter-op 1 threads:
+
+- per call: for each shape of ``SHAPES`` and each of ``ROUNDS`` rounds, every runtime in turn runs 3
+  warm-ups and ``CALLS`` timed calls; the median over the rounds is reported;
+- workload: single-text requests of the benchmark workload through the whole pipeline
+  (``Extractor.extract``), the runtimes taking turns on blocks of texts; texts/s per runtime.
+
+Interleaving shares the machine's slow drifts (other load, frequency) fairly between the runtimes, so
+the ratios hold even on a machine whose absolute times move. ONNX Runtime is an optional extra: without
+it (or without the converter) the step says so and stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bench.common import cpu_info, write_result
+from bench.runner import run_worker
+
+logger = logging.getLogger(__name__)
+
+SHAPES = ((1, 16), (1, 32), (1, 64), (1, 128), (1, 256), (8, 128))
+ROUNDS = 2
+CALLS = 20
+WORKLOAD_TEXTS = 600
+WORKLOAD_BLOCK = 50
+ORT_RUNTIMES = ("ort-fp32", "ort-int8")
+
+
+def onnx_dirs(force: bool = False) -> dict[str, str]:
+    """The ONNX conversions of the RBT6 graph export, converted once and cached beside it."""
+    from bench.rbt6 import model_dirs
+    from training.onnx_export import export_onnx
+
+    graph = model_dirs()["graph"]
+    out = {}
+    for runtime in ORT_RUNTIMES:
+        precision = runtime.split("-")[1]
+        target = graph.parent / f"onnx-{precision}"
+        if force or not (target / "model.json").is_file():
+            logger.info("converting %s to ONNX (%s)", graph, precision)
+            export_onnx(graph, target, precision=precision, force=True)
+        out[runtime] = str(target)
+    return out
+
+
+def run(
+    *, intra: int = 2, inter: int = 1, rounds: int = ROUNDS, texts: int = WORKLOAD_TEXTS
+) -> dict[str, Any]:
+    from training.onnx_export import OnnxExportError, _require_tools
+
+    try:
+        _require_tools()
+    except OnnxExportError as exc:
+        logger.warning("peer step skipped: %s", exc)
+        return {}
+    onnx_dirs()
+    args = ["--intra", str(intra), "--inter", str(inter), "--repeats", str(rounds)]
+    args += ["--texts", str(texts)]
+    result = run_worker("peer", *args)
+    doc = {
+        "shapes": [list(s) for s in SHAPES],
+        "rounds": rounds,
+        "calls_per_round": CALLS,
+        "intra_op_threads": intra,
+        "inter_op_threads": inter,
+        "bf16_cpu": cpu_info()["bf16"],
+        **result,
+    }
+    doc["targets"] = targets(doc)
+    write_result("peer", doc)
+    for line in table(doc):
+        logger.info("%s", line)
+    return doc
+
+
+def _ms(doc: dict[str, Any], runtime: str, shape: tuple[int, int]) -> float | None:
+    row = doc["percall"].get(runtime, {})
+    value = row.get(f"{shape[0]}x{shape[1]}")
+    return None if value is None else float(value)
+
+
+def targets(doc: dict[str, Any]) -> dict[str, Any]:
+    """Issue 11's latency targets that this step measures, each with its verdict."""
+    singles = [s for s in SHAPES if s[0] == 1]
+    up_to_128 = [s for s in singles if s[1] <= 128]
+    spo = [r for r in doc["percall"] if r.startswith("spo-")]
+    out: dict[str, Any] = {}
+
+    def at_or_below(runtime: str, peer: str, shapes: list[tuple[int, int]]) -> dict[str, Any]:
+        ratios = {}
+        for s in shapes:
+            mine, theirs = _ms(doc, runtime, s), _ms(doc, peer, s)
+            if mine is not None and theirs:
+                ratios[f"{s[0]}x{s[1]}"] = round(mine / theirs, 2)
+        return {"ratios": ratios, "met": bool(ratios) and all(r <= 1.0 for r in ratios.values())}
+
+    if "spo-fp32" in spo:
+        out["fp32 <= ort-fp32 up to 128 tokens"] = at_or_below("spo-fp32", "ort-fp32", up_to_128)
+    if spo:
+        fastest = min(spo, key=lambda r: _ms(doc, r, (1, 16)) or float("inf"))
+        verdict = at_or_below(fastest, "ort-int8", singles)
+        out["fastest spo mode <= ort-int8 at every single-text bucket"] = {
+            "mode": fastest,
+            **verdict,
+        }
+    return out
+
+
+def table(doc: dict[str, Any]) -> list[str]:
+    """Markdown: median ms per call, and each runtime's ratio to spo fp32 (higher is faster)."""
+    runtimes = list(doc["percall"])
+    head = "| batch x length | " + " | ".join(runtimes) + " |"
+    lines = [head, "|---" * (len(runtimes) + 1) + "|"]
+    for s in SHAPES:
+        base = _ms(doc, "spo-fp32", s)
+        cells = []
+        for r in runtimes:
+            ms = _ms(doc, r, s)
+            if ms is None:
+                cells.append("-")
+            elif base and r != "spo-fp32":
+                cells.append(f"{ms:.1f} ({base / ms:.2f}x)")
+            else:
+                cells.append(f"{ms:.1f}")
+        lines.append(f"| {s[0]} x {s[1]} | " + " | ".join(cells) + " |")
+    workload = doc.get("workload", {})
+    if workload:
+        base = workload.get("spo-fp32", {}).get("texts_per_s")
+        cells = []
+        for r in runtimes:
+            tps = workload.get(r, {}).get("texts_per_s")
+            if tps is None:
+                cells.append("-")
+            elif base and r != "spo-fp32":
+                cells.append(f"{tps:.1f} ({tps / base:.2f}x)")
+            else:
+                cells.append(f"{tps:.1f}")
+        lines.append("| workload, texts/s (single-text requests) | " + " | ".join(cells) + " |")
+    return lines
