@@ -270,7 +270,10 @@ def _str(raw: str) -> str:
 
 
 FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "model_dir": (_path, "model directory (SavedModel + model.json); default models/demo"),
+    "model_dir": (
+        _path,
+        "model directory (SavedModel + model.json, or one from spo export-onnx); default models/demo",
+    ),
     "load_mode": (
         _lower,
         "boot: load and warm before the worker accepts; background: answer 503 meanwhile",

@@ -51,6 +51,23 @@ def onnx_dirs(force: bool = False) -> dict[str, str]:
     return out
 
 
+def precision_dirs() -> dict[str, str]:
+    """Model directories of spo's precisions that need their own (int8: ``spo quantize``'s copy),
+    made by ``bench.rbt6.build_<precision>()`` where that exists and can make one here."""
+    import bench.rbt6
+    from nlp.runtime import PRECISIONS
+
+    out = {}
+    for precision in PRECISIONS:
+        build = getattr(bench.rbt6, f"build_{precision}", None)
+        if precision in ("fp32", "bf16") or build is None:
+            continue
+        model_dir = build()
+        if model_dir is not None:
+            out[precision] = str(model_dir)
+    return out
+
+
 def run(
     *, intra: int = 2, inter: int = 1, rounds: int = ROUNDS, texts: int = WORKLOAD_TEXTS
 ) -> dict[str, Any]:
@@ -64,6 +81,8 @@ def run(
     onnx_dirs()
     args = ["--intra", str(intra), "--inter", str(inter), "--repeats", str(rounds)]
     args += ["--texts", str(texts)]
+    for precision, model_dir in precision_dirs().items():
+        args += ["--mode-dir", f"{precision}={model_dir}"]
     result = run_worker("peer", *args)
     doc = {
         "shapes": [list(s) for s in SHAPES],

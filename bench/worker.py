@@ -309,7 +309,7 @@ def _spo_modes(dirs: dict[str, str]) -> dict[str, tuple[str, str]]:
     """spo's precisions on the RBT6 model: ``{"spo-<precision>": (model_dir, precision)}``.
 
     Every mode ``nlp.runtime`` declares is picked up: bf16 only on a CPU with bf16; a mode that needs
-    its own model directory (int8) when ``bench.rbt6.model_dirs()`` has one under its name.
+    its own model directory (int8) when ``dirs`` has one under its name (``--mode-dir``).
     """
     from nlp.runtime import PRECISIONS, cpu_supports_bf16
 
@@ -335,6 +335,7 @@ def peer(args: argparse.Namespace) -> dict[str, Any]:
     from nlp.tokenization import Tokenizer
 
     dirs = _dirs()
+    dirs.update(item.split("=", 1) for item in args.mode_dir)
     manifest = load_manifest(dirs["graph"])
     tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
     # Single-text requests, windows of long texts included, run as one-row batches: the same
@@ -450,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="models/demo")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--data", nargs="*", default=[])
+    parser.add_argument("--mode-dir", action="append", default=[], help="PRECISION=MODEL_DIR")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     modes = {
