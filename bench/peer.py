@@ -9,7 +9,8 @@ quantization). Then, with intra-op 2 / inter-op 1 threads:
 - per call: for each shape of ``SHAPES`` and each of ``ROUNDS`` rounds, every runtime in turn runs 3
   warm-ups and ``CALLS`` timed calls; the median over the rounds is reported;
 - workload: single-text requests of the benchmark workload through the whole pipeline
-  (``Extractor.extract``), the runtimes taking turns on blocks of texts; texts/s per runtime.
+  (``Extractor.extract``; one-row batches padded to the length buckets), the runtimes taking turns
+  on blocks of texts; texts/s per runtime, and texts whose triples equal spo-fp32's.
 
 Interleaving shares the machine's slow drifts (other load, frequency) fairly between the runtimes, so
 the ratios hold even on a machine whose absolute times move. ONNX Runtime is an optional extra: without

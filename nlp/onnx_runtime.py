@@ -92,6 +92,9 @@ class OnnxRuntime:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        # Idle pool threads block instead of spinning: gunicorn runs one session per worker on
+        # shared cores, where spinning threads take the CPU from the other workers' model calls.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(
                 str(self.model_file), sess_options=options, providers=["CPUExecutionProvider"]
