@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nlp.config import DEMO_VOCAB
+from nlp.config import DEMO_VOCAB, PROJECT_ROOT  # noqa: F401  (re-exported for the bench steps)
 
 BENCH_DIR = Path(__file__).resolve().parent
 CACHE_DIR = BENCH_DIR / ".cache"

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import JEMALLOC, PROJECT_ROOT
+from app.settings import JEMALLOC_PATH as JEMALLOC
+from bench.common import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
 
