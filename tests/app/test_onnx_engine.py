@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-import pytest
 from flask.testing import FlaskClient
 
 from app import create_app
 from app.settings import Settings
-from nlp.errors import UnsupportedPrecision
 
 TEXTS = ["李明出生于北京，毕业于清华大学。", "《红楼梦》的作者是曹雪芹。", "短"]
 
@@ -35,5 +34,15 @@ def test_onnx_engine_serves_the_same_answers_as_the_tf_session(
 
 
 def test_onnx_engine_refuses_bf16_at_start(onnx_model_dirs: dict[str, Path]) -> None:
-    with pytest.raises(UnsupportedPrecision, match="tf engine"):
-        create_app(_settings(onnx_model_dirs["fp32"], precision="bf16"))
+    """bf16 is a tf-engine mode: the worker stays unready and answers 503 with the reason's code."""
+    app = create_app(_settings(onnx_model_dirs["fp32"], precision="bf16"))
+    slot = app.extensions["spo"]
+    try:
+        deadline = time.monotonic() + 60
+        while slot.error_code != "unsupported_precision" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        response = app.test_client().get("/readyz")
+        assert response.status_code == 503
+        assert response.get_json()["code"] == "unsupported_precision"
+    finally:
+        slot.close()
