@@ -27,6 +27,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from nlp.manifest import resolve_vocab
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = PROJECT_ROOT / "bench" / "results" / "reload.json"
 TEXT = "《霸王别姬》是陈凯歌执导的电影，张国荣、巩俐主演。"
@@ -42,9 +44,8 @@ def _copy(source: Path, target: Path, version: str) -> Path:
     shutil.copytree(source, target)
     doc = json.loads((target / "model.json").read_text(encoding="utf-8"))
     doc["version"] = version
-    vocab = Path(doc["vocab"]["path"])
-    if not vocab.is_absolute() and not (target / vocab).is_file():
-        doc["vocab"]["path"] = str((source / vocab).resolve())
+    # A relative vocab path may be found beside the source or in the project root: pin where it is.
+    doc["vocab"]["path"] = str(resolve_vocab(source, doc["vocab"]["path"]))
     (target / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     return target
 
