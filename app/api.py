@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from app.model_slot import ModelNotReady, ModelSlot
 from app.openapi import build_spec
 from app.problems import LOAD_ERROR_CODES
 from app.settings import Settings
+from nlp.errors import RequestTooLarge
 from nlp.types import Extraction
 from nlp.validation import check_text
 
@@ -166,16 +168,22 @@ def batcher() -> MicroBatcher | None:
 
 
 def _extract(texts: Sequence[str], field: str) -> list[Extraction]:
+    """Count the request's model tokens (413 over ``SPO_MAX_REQUEST_TOKENS``, before any model call),
+    then run it within ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it, see ``app.errors``)."""
     model = slot()
-    extractor = model.extractor
-    if extractor is None:
-        raise _not_ready()
-    combiner = batcher()
-    if combiner is None:
-        with model.lock:
-            return extractor.extract_batch(texts, field=field)
+    limits = settings()
+    deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
     try:
-        return combiner.submit(texts, field)
+        plan = model.plan(texts, field)
+    except ModelNotReady:
+        raise _not_ready() from None
+    if limits.max_request_tokens and plan.tokens > limits.max_request_tokens:
+        raise RequestTooLarge(plan.tokens, limits.max_request_tokens)
+    combiner = batcher()
+    try:
+        if combiner is None:
+            return model.run(plan, deadline)
+        return combiner.submit(texts, field, deadline=deadline)
     except ModelNotReady:
         raise _not_ready() from None
     except BatcherClosed:

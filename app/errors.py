@@ -12,7 +12,8 @@ its HTML page), and anything unexpected, which is logged with its traceback and 
 Status, title and meaning of each ``code`` come from the one catalogue, ``app.problems.CATALOGUE``: a
 library error is answered by its own ``code`` (a subclass whose code is not catalogued answers with the
 status of its nearest catalogued ancestor). A 5xx answer never shows the exception's message, only the
-code's meaning; the message is logged.
+code's meaning; the message is logged. ``request_too_large`` adds the extension members ``limit`` and
+``tokens`` (RFC 9457 section 3.2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from flask import Flask, Response, g, json
 from werkzeug.exceptions import HTTPException
 
 from app.problems import CATALOGUE, INTERNAL_ERROR, Problem, problem_for
-from nlp.errors import SpoError
+from nlp.errors import RequestTooLarge, SpoError
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class ApiError(Exception):
         *,
         field: str | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.problem = problem_for(code)
@@ -58,6 +60,7 @@ class ApiError(Exception):
         self.detail = detail
         self.field = field
         self.headers = headers or {}
+        self.extra = extra or {}
 
 
 def problem(
@@ -68,11 +71,13 @@ def problem(
     status: int | None = None,
     field: str | None = None,
     headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Response:
     """The problem+json response for catalogue ``entry``; the only function that builds one.
 
     ``code`` overrides the entry's code (a library error whose own code is not catalogued), ``status``
-    its status (an HTTP error of a status with no code of its own, answered as ``bad_request``)."""
+    its status (an HTTP error of a status with no code of its own, answered as ``bad_request``);
+    ``extra``: extension members (``limit`` and ``tokens`` of ``request_too_large``)."""
     status = status or entry.status
     body: dict[str, Any] = {
         "type": "about:blank",
@@ -83,6 +88,8 @@ def problem(
     }
     if field is not None:
         body["field"] = field
+    for key, value in (extra or {}).items():
+        body.setdefault(key, value)
     request_id = g.get("request_id")
     if request_id:
         body["request_id"] = request_id
@@ -102,7 +109,7 @@ def catalogued(exc: SpoError) -> Problem | None:
 
 
 def _api_error(exc: ApiError) -> Response:
-    return problem(exc.problem, exc.detail, field=exc.field, headers=exc.headers)
+    return problem(exc.problem, exc.detail, field=exc.field, headers=exc.headers, extra=exc.extra)
 
 
 def _spo_error(exc: SpoError) -> Response:
@@ -110,8 +117,17 @@ def _spo_error(exc: SpoError) -> Response:
     if entry is None:
         logger.error("error code %r is not catalogued (app.problems)", exc.code)
         return _unexpected(exc)
+    if isinstance(exc, RequestTooLarge):
+        return problem(
+            entry,
+            f"{exc.message[:1].upper()}{exc.message[1:]} (SPO_MAX_REQUEST_TOKENS). "
+            "Send fewer or shorter texts per request.",
+            extra={"limit": exc.limit, "tokens": exc.tokens},
+        )
     if entry.status >= 500:
-        logger.error("%s while serving a request: %s", exc.code, exc.message)
+        # A deadline is the service working as configured (a warning); the rest are faults.
+        log = logger.warning if entry.status == 504 else logger.error
+        log("%s while serving a request: %s", exc.code, exc.message)
         return problem(entry, f"{entry.meaning[:1].upper()}{entry.meaning[1:]}.", code=exc.code)
     return problem(entry, exc.message, code=exc.code, field=exc.field)
 

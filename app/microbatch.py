@@ -10,6 +10,11 @@ window already over: the wait only delays a request that finds the model idle.
 
 - A request is never split: one with more than ``max_texts`` texts runs alone.
 - If a combined call raises, each of its requests is rerun alone, so only the faulty one gets an error.
+- Deadlines (``SPO_REQUEST_TIMEOUT``): a request still queued at its deadline is dropped from the queue
+  and answered ``DeadlineExceeded`` without a model call. A combined call runs under the earliest
+  deadline of its requests; when that stops it, only the requests past their own deadline get
+  ``DeadlineExceeded``, and the others are rerun alone under theirs: one slow or late request never
+  fails its batch neighbours.
 - ``close()`` (gunicorn's ``worker_exit``) refuses new requests with ``BatcherClosed``, serves those
   already pending and stops the thread. Whatever ends the thread, a request still pending then gets
   ``BatcherClosed``: none waits forever.
@@ -24,13 +29,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from nlp.errors import DeadlineExceeded
 from nlp.types import Extraction
 
 logger = logging.getLogger(__name__)
 
-RunBatch = Callable[[Sequence[str], str], list[Extraction]]
+
+class RunBatch(Protocol):
+    """The locked model call: ``ModelSlot.extract_batch``."""
+
+    def __call__(
+        self, texts: Sequence[str], field: str, *, deadline: float | None = None
+    ) -> list[Extraction]: ...
 
 
 class BatcherClosed(RuntimeError):
@@ -42,6 +54,7 @@ class _Pending:
     texts: Sequence[str]
     field: str
     arrived: float
+    deadline: float | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     results: list[Extraction] | None = None
     error: BaseException | None = None
@@ -54,6 +67,10 @@ class _Pending:
             self.done.set()
 
 
+# What ``_take`` returns when every queued request expired: not a stop, nothing to run.
+_NOTHING = _Pending((), "texts", 0.0)
+
+
 @dataclass
 class BatchStats:
     """Counters since start: ``requests`` in ``batches`` model calls; ``isolated``: combined calls that
@@ -64,6 +81,7 @@ class BatchStats:
     texts: int = 0
     largest: int = 0
     isolated: int = 0
+    expired: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         mean = self.requests / self.batches if self.batches else 0.0
@@ -74,6 +92,7 @@ class BatchStats:
             "mean_requests_per_batch": round(mean, 3),
             "largest_batch_requests": self.largest,
             "isolated_batches": self.isolated,
+            "expired_in_queue": self.expired,
         }
 
 
@@ -107,12 +126,16 @@ class MicroBatcher:
         self.stats = BatchStats()
 
     # -- request threads -------------------------------------------------------------------------
-    def submit(self, texts: Sequence[str], field: str = "texts") -> list[Extraction]:
+    def submit(
+        self, texts: Sequence[str], field: str = "texts", *, deadline: float | None = None
+    ) -> list[Extraction]:
         """The results for ``texts`` (one per text, in order), run together with concurrent requests.
 
-        Raises what the model call raised for these texts, or ``BatcherClosed``.
+        ``deadline``: a value of the batcher's clock (``time.monotonic`` by default) after which the
+        request is dropped or stopped with ``DeadlineExceeded``. Raises what the model call raised for
+        these texts, or ``BatcherClosed``.
         """
-        pending = _Pending(list(texts), field, self._clock())
+        pending = _Pending(list(texts), field, self._clock(), deadline)
         with self._cond:
             if self._closed:
                 raise BatcherClosed("This worker is shutting down.")
@@ -122,14 +145,22 @@ class MicroBatcher:
             self._cond.notify_all()
         # The thread answers every request it takes, even when it dies (and a new one takes the
         # queue over); the liveness check is a second guard, so no request thread waits for ever.
-        while not pending.done.wait(0.5):
+        while not pending.done.wait(self._poll_s(pending)):
             with self._cond:
                 if self._thread is None or not self._thread.is_alive():
                     pending.finish(error=BatcherClosed("The worker's batcher stopped."))
+                elif pending in self._queue:
+                    self._drop_expired()  # at its deadline, while the model is busy elsewhere
         if pending.error is not None:
             raise pending.error
         assert pending.results is not None
         return pending.results
+
+    def _poll_s(self, pending: _Pending) -> float:
+        """How long a request thread waits before it looks again: 0.5 s, less near its deadline."""
+        if pending.deadline is None:
+            return 0.5
+        return min(0.5, max(0.01, pending.deadline - self._clock()))
 
     def close(self, timeout: float = 30.0) -> dict[str, Any]:
         """Refuse new requests, serve the pending ones (for at most ``timeout`` seconds), stop."""
@@ -195,14 +226,18 @@ class MicroBatcher:
             while not self._queue and not self._closed:
                 self._cond.wait()
             self._running = []
+            self._drop_expired()
             if not self._queue:
-                return []
+                return [] if self._closed else [_NOTHING]
             deadline = self._queue[0].arrived + self.wait_s
             while not self._closed and self._queued_texts < self.max_texts:
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
+            self._drop_expired()
+            if not self._queue:
+                return [] if self._closed else [_NOTHING]
             batch = [self._queue.popleft()]
             size = len(batch[0].texts)
             while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
@@ -212,10 +247,26 @@ class MicroBatcher:
             self._running = batch
             return batch
 
+    def _drop_expired(self) -> None:
+        """Answer and drop queued requests past their deadline (call with ``_cond`` held)."""
+        now = self._clock()
+        expired = [p for p in self._queue if p.deadline is not None and now >= p.deadline]
+        for pending in expired:
+            self._queue.remove(pending)
+            self._queued_texts -= len(pending.texts)
+            self.stats.expired += 1
+            pending.finish(
+                error=DeadlineExceeded(
+                    "its deadline passed while it waited in the micro-batch queue"
+                )
+            )
+
     def _serve(self, batch: list[_Pending]) -> bool:
         """Run ``batch`` and answer each of its requests; False when there was none (stop)."""
         if not batch:
             return False
+        if batch[0] is _NOTHING:
+            return True  # every queued request expired: wait for more
         texts = [t for p in batch for t in p.texts]
         started = self._clock()
         stats = self.stats
@@ -226,10 +277,20 @@ class MicroBatcher:
         if len(batch) == 1:
             self._serve_alone(batch[0])
         else:
+            deadlines = [p.deadline for p in batch if p.deadline is not None]
             try:
-                results = self._run(texts, "texts")
+                results = self._run(texts, "texts", deadline=min(deadlines, default=None))
                 if len(results) != len(texts):
                     raise RuntimeError(f"{len(results)} results for {len(texts)} texts")
+            except DeadlineExceeded as exc:
+                # The earliest deadline stopped the call: it answers the requests past theirs; the
+                # others get their own run, under their own deadline.
+                now = self._clock()
+                for pending in batch:
+                    if pending.deadline is not None and now >= pending.deadline:
+                        pending.finish(error=exc)
+                    else:
+                        self._serve_alone(pending)
             except Exception as exc:
                 stats.isolated += 1
                 logger.warning(
@@ -256,6 +317,8 @@ class MicroBatcher:
 
     def _serve_alone(self, pending: _Pending) -> None:
         try:
-            pending.finish(results=self._run(pending.texts, pending.field))
+            pending.finish(
+                results=self._run(pending.texts, pending.field, deadline=pending.deadline)
+            )
         except Exception as exc:
             pending.finish(error=exc)

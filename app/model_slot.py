@@ -19,6 +19,11 @@ gunicorn's master, which decides whether a failure ends a first start or a reloa
 The Extractor is not thread-safe; gthread workers serve several requests at once, so model calls take
 ``lock`` while health checks and request validation do not. With micro-batching on (``app.microbatch``)
 one batcher thread per worker makes the model calls, through ``extract_batch`` and the same lock.
+
+Deadlines (``SPO_REQUEST_TIMEOUT``): a request waits for ``lock`` at most until its deadline, and the
+extractor checks it again before each model call, so a request past it gets ``DeadlineExceeded`` and
+frees the lock (and its thread) at once. ``plan`` (tokenizing, windowing, counting the request's model
+tokens) takes no lock: it is pure, and a request refused for its size never waits for the model.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from nlp.config import LoadOptions
-from nlp.errors import SpoError
+from nlp.errors import DeadlineExceeded, SpoError
 from nlp.protocols import ExtractorLike
 from nlp.types import Extraction
 
@@ -182,13 +188,43 @@ class ModelSlot:
             exc_info=exc if attempt == 1 and not isinstance(exc, SpoError) else None,
         )
 
-    def extract_batch(self, texts: Sequence[str], field: str = "texts") -> list[Extraction]:
-        """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
+    def _ready(self) -> ExtractorLike:
         extractor = self._extractor
         if extractor is None:
             raise ModelNotReady(self.state)
-        with self.lock:
-            return extractor.extract_batch(texts, field=field)
+        return extractor
+
+    def _acquire(self, deadline: float | None) -> None:
+        """Take ``lock``, waiting at most until ``deadline``; ``DeadlineExceeded`` if it passes."""
+        if deadline is None:
+            self.lock.acquire()
+            return
+        if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise DeadlineExceeded("its deadline passed while it waited for the model")
+
+    def plan(self, texts: Sequence[str], field: str = "texts") -> Any:
+        """The extractor's ``plan`` (no lock: pure); ``ModelNotReady`` before it is loaded."""
+        return self._ready().plan(texts, field=field)
+
+    def run(self, plan: Any, deadline: float | None = None) -> list[Extraction]:
+        """The extractor's ``run`` of ``plan`` under ``lock``, within ``deadline`` (monotonic)."""
+        extractor = self._ready()
+        self._acquire(deadline)
+        try:
+            return extractor.run(plan, deadline=deadline)
+        finally:
+            self.lock.release()
+
+    def extract_batch(
+        self, texts: Sequence[str], field: str = "texts", deadline: float | None = None
+    ) -> list[Extraction]:
+        """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
+        extractor = self._ready()
+        self._acquire(deadline)
+        try:
+            return extractor.extract_batch(texts, field=field, deadline=deadline)
+        finally:
+            self.lock.release()
 
     def close(self) -> None:
         self._closed.set()

@@ -41,18 +41,21 @@ CATALOGUE: dict[str, Problem] = {
         Problem("not_found", 404, "no such endpoint"),
         Problem("method_not_allowed", 405, "the endpoint does not accept this method (see Allow)"),
         Problem("body_too_large", 413, "the body is over the size limit"),
+        Problem("request_too_large", 413, "the texts need more model tokens than SPO_MAX_REQUEST_TOKENS (limit and tokens members)"),
         Problem("unsupported_media_type", 415, "the body must be sent as application/json (UTF-8)"),
         Problem("invalid_input", 422, "a field has the wrong type or an invalid value (NUL, lone surrogate)", batch=True),
         Problem("unknown_field", 422, "the document has a field this endpoint does not know"),
         Problem("empty_texts", 422, "texts is an empty list"),
         Problem("too_many_texts", 422, "texts has more items than the limit"),
         Problem("text_too_long", 422, "a text has more characters than the limit", batch=True),
+        Problem("rate_limited", 429, "too many requests from this client (nginx, SPO_RATE_LIMIT); retry later", retry_after=True),
         Problem("internal_error", 500, "unexpected error; logged with its traceback, nothing internal disclosed", batch=True),
         Problem("model_not_ready", 503, "the model is still loading; retry later", retry_after=True),
         Problem("model_load_error", 503, "the model directory cannot be loaded (REST: this worker retries; the log has the reason)", batch=True, retry_after=True),
         Problem("invalid_manifest", 503, "model.json, or a file it names, is missing or invalid (REST: this worker retries)", batch=True, retry_after=True),
         Problem("unsupported_precision", 503, "the precision cannot run on this CPU or build (REST: this worker retries)", batch=True, retry_after=True),
         Problem("service_unavailable", 503, "nginx cannot reach the application server; retry later", retry_after=True),
+        Problem("deadline_exceeded", 504, "the request ran past SPO_REQUEST_TIMEOUT (a record past --record-timeout) and was stopped", batch=True),
     )
 }  # fmt: skip
 

@@ -44,6 +44,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOAD_MODES = ("boot", "background")
 _BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
+_RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
 
 
 def cpu_count() -> int:
@@ -82,6 +83,10 @@ class Settings:
     max_texts: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_body_bytes: int = 1 << 20
+    max_request_tokens: int = 8192
+    request_timeout: float = 30.0
+    rate_limit: str = ""
+    rate_burst: int = 20
     auth_tokens: tuple[str, ...] = ()
     bind: str = "127.0.0.1:8000"
     workers: int = field(default_factory=cpu_count)
@@ -167,6 +172,20 @@ class Settings:
         in_range("max_texts", 1, 10_000)
         in_range("max_text_chars", 1, 1_000_000)
         in_range("max_body_bytes", 1024, 1 << 30)
+        in_range("max_request_tokens", 0, 10**9)
+        if not 0 <= self.request_timeout <= 86_400:
+            bad(
+                "request_timeout",
+                f"must be between 0 and 86400 seconds, got {self.request_timeout}",
+            )
+        elif self.request_timeout and self.request_timeout >= self.timeout:
+            bad(
+                "request_timeout",
+                f"must be below SPO_TIMEOUT ({self.timeout} s), got {self.request_timeout:g}",
+            )
+        if self.rate_limit and not _RATE.match(self.rate_limit):
+            bad("rate_limit", f"expected N r/s or N r/m (e.g. 10r/s), got {self.rate_limit!r}")
+        in_range("rate_burst", 0, 10**6)
         for i, token in enumerate(self.auth_tokens):
             if not _TOKEN.match(token):
                 bad("auth_tokens", f"token #{i + 1} must be 16+ characters of [A-Za-z0-9._~+/=-]")
@@ -235,6 +254,16 @@ def _int(raw: str) -> int:
         raise ValueError(f"expected an integer, got {raw!r}") from None
 
 
+def _seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {raw!r}") from None
+    if value != value:  # NaN
+        raise ValueError(f"expected a number of seconds, got {raw!r}")
+    return value
+
+
 def _optional_int(raw: str) -> int | None:
     return None if raw.lower() in ("auto", "none") else _int(raw)
 
@@ -286,6 +315,16 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max_texts": (_int, "most texts in one request"),
     "max_text_chars": (_int, "most characters in one text"),
     "max_body_bytes": (_int, "largest request body in bytes (nginx client_max_body_size too)"),
+    "max_request_tokens": (
+        _int,
+        "most model tokens one request may run, counted after tokenizing (0: no limit)",
+    ),
+    "request_timeout": (
+        _seconds,
+        "seconds a request may take, waiting for the model included; 504 after it (0: no deadline)",
+    ),
+    "rate_limit": (_lower, "nginx per-client rate limit on /v1/, e.g. 10r/s (empty: none)"),
+    "rate_burst": (_int, "nginx: requests a client may go over the rate before 429"),
     "auth_tokens": (_tokens, "comma-separated bearer tokens for /v1/*; empty: no authentication"),
     "bind": (_str, "gunicorn bind address, HOST:PORT or unix:PATH"),
     "workers": (_int, "gunicorn worker processes (default: CPU count)"),

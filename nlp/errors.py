@@ -46,3 +46,29 @@ class UnsupportedPrecision(ModelLoadError):
     """A precision mode was asked for that this CPU or TensorFlow build cannot run."""
 
     code = "unsupported_precision"
+
+
+class RequestTooLarge(SpoError):
+    """A request would run more model tokens than allowed; ``tokens`` and ``limit`` say how many."""
+
+    code = "request_too_large"
+
+    def __init__(self, tokens: int, limit: int, *, field: str | None = None) -> None:
+        super().__init__(
+            f"the texts need {tokens} model tokens (each window with its [CLS] and [SEP]); "
+            f"the limit is {limit}",
+            field=field,
+        )
+        self.tokens = tokens
+        self.limit = limit
+
+
+class DeadlineExceeded(SpoError):
+    """The work passed its deadline; it was stopped between model calls (``done`` of ``total``)."""
+
+    code = "deadline_exceeded"
+
+    def __init__(self, message: str, *, done: int = 0, total: int = 0) -> None:
+        super().__init__(message)
+        self.done = done
+        self.total = total

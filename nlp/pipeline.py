@@ -6,12 +6,20 @@ merged in original-text offsets with duplicates removed: nothing is silently tru
 checked first by ``nlp.validation.check_text`` (texts over ``max_text_chars`` characters, NUL, lone
 surrogates are refused). The model call goes through a ``nlp.protocols.Runtime``: ``SessionRuntime``
 unless the caller builds the ``Extractor`` around another.
+
+Work is bounded in two ways, both optional. ``plan`` tokenizes and windows without touching the model
+(pure, safe from any thread) and ``Plan.tokens`` counts the request's work: every window's tokens plus
+its ``[CLS]`` and ``[SEP]`` (overlaps count twice: the model runs them twice). ``extract_batch`` with
+``max_tokens`` refuses a plan over it with ``RequestTooLarge`` before any model call. ``run`` with a
+``deadline`` (a ``time.monotonic()`` value) checks it before every model call and stops with
+``DeadlineExceeded``: a deadline can be overshot by at most one model call (one bucket-shaped batch).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,7 @@ import numpy as np
 from nlp.bucketing import BucketSpec, pad_batch, plan_batches
 from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.decoding import decode_spans, decode_triples
+from nlp.errors import DeadlineExceeded, RequestTooLarge
 from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
 from nlp.runtime import SessionRuntime
@@ -40,6 +49,20 @@ class Window:
     text_index: int
     start: int
     stop: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Validated texts, their encodings and windows: everything before the model. See ``tokens``."""
+
+    texts: tuple[str, ...]
+    encodings: tuple[Encoding, ...]
+    windows: tuple[Window, ...]
+
+    @property
+    def tokens(self) -> int:
+        """The model tokens this plan runs: each window with its ``[CLS]`` and ``[SEP]``."""
+        return sum(w.stop - w.start + 2 for w in self.windows)
 
 
 def plan_windows(
@@ -146,21 +169,55 @@ class Extractor:
     def extract(self, text: str) -> Extraction:
         return self.extract_batch([text], field="text")[0]
 
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
-        """One ``Extraction`` per text, in input order. Every text is validated before any is run."""
+    def plan(self, texts: Sequence[str], *, field: str = "texts") -> Plan:
+        """Validate every text, tokenize and window them; no model call (safe from any thread)."""
         for i, text in enumerate(texts):
             check_text(text, self.max_text_chars, f"{field}[{i}]" if field == "texts" else field)
-        encodings = [self.tokenizer.encode(t) for t in texts]
-        windows = [
+        encodings = tuple(self.tokenizer.encode(t) for t in texts)
+        windows = tuple(
             w
             for i, (t, e) in enumerate(zip(texts, encodings, strict=True))
             for w in plan_windows(t, e, i, self.max_window_tokens, self.window_overlap)
             if w.stop > w.start
-        ]
+        )
+        return Plan(tuple(texts), encodings, windows)
+
+    def extract_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        field: str = "texts",
+        max_tokens: int | None = None,
+        deadline: float | None = None,
+    ) -> list[Extraction]:
+        """One ``Extraction`` per text, in input order. Every text is validated before any is run;
+        a request over ``max_tokens`` model tokens is refused (``RequestTooLarge``) before any model
+        call; past ``deadline`` (``time.monotonic()``) it stops with ``DeadlineExceeded``."""
+        plan = self.plan(texts, field=field)
+        if max_tokens is not None and plan.tokens > max_tokens:
+            raise RequestTooLarge(plan.tokens, max_tokens, field=field)
+        return self.run(plan, deadline=deadline)
+
+    def run(
+        self,
+        plan: Plan,
+        *,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> list[Extraction]:
+        """Run ``plan`` through the model, bucket by bucket; checks ``deadline`` before each call."""
+        texts, encodings, windows = plan.texts, plan.encodings, plan.windows
         entities: list[set[Entity]] = [set() for _ in texts]
         triples: list[set[Triple]] = [set() for _ in texts]
         tok = self.tokenizer
-        for batch in plan_batches([w.stop - w.start + 2 for w in windows], self.buckets):
+        batches = plan_batches([w.stop - w.start + 2 for w in windows], self.buckets)
+        for done, batch in enumerate(batches):
+            if deadline is not None and clock() >= deadline:
+                raise DeadlineExceeded(
+                    f"stopped at its deadline after {done} of {len(batches)} model calls",
+                    done=done,
+                    total=len(batches),
+                )
             rows = [windows[r] for r in batch.rows]
             sequences = [
                 [tok.cls_id, *encodings[w.text_index].token_ids[w.start : w.stop], tok.sep_id]
@@ -189,7 +246,7 @@ class Extractor:
         outputs: list[Any],
         window: Window,
         texts: Sequence[str],
-        encodings: list[Encoding],
+        encodings: Sequence[Encoding],
         entities: list[set[Entity]],
         triples: list[set[Triple]],
     ) -> None:

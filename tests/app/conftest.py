@@ -7,7 +7,9 @@ around it. ``fake_app`` wraps a scriptable fake extractor for what the real mode
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from flask.testing import FlaskClient, FlaskCliRunner
 
 from app import create_app
 from app.settings import Settings
+from nlp.errors import DeadlineExceeded
 from nlp.manifest import load_manifest
 from nlp.types import Entity, Extraction, Span
 
@@ -50,16 +53,41 @@ def runner(app: Flask) -> FlaskCliRunner:
     return app.test_cli_runner()
 
 
+@dataclass(frozen=True)
+class FakePlan:
+    """``FakeExtractor.plan``: one model token per character, plus two per text."""
+
+    texts: list[str]
+    field: str
+    tokens: int
+
+
 class FakeExtractor:
-    """Finds every '北京' as a 地点; ``fail`` makes the next call raise it."""
+    """Finds every '北京' as a 地点; ``fail`` makes the next call raise it; ``delay``: seconds each
+    call takes, after which a call past its deadline raises ``DeadlineExceeded``."""
 
     def __init__(self, model_dir: Path) -> None:
         self.manifest = load_manifest(model_dir, check_files=False)
         self.fail: BaseException | None = None
+        self.delay = 0.0
         self.calls: list[list[str]] = []
+        self.deadlines: list[float | None] = []
 
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+    def plan(self, texts: Sequence[str], *, field: str = "texts") -> FakePlan:
+        return FakePlan(list(texts), field, sum(len(t) + 2 for t in texts))
+
+    def run(self, plan: FakePlan, *, deadline: float | None = None) -> list[Extraction]:
+        return self.extract_batch(plan.texts, field=plan.field, deadline=deadline)
+
+    def extract_batch(
+        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
+    ) -> list[Extraction]:
         self.calls.append(list(texts))
+        self.deadlines.append(deadline)
+        if self.delay:
+            time.sleep(self.delay)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded("stopped at its deadline (fake)")
         if self.fail is not None:
             raise self.fail
         out = []

@@ -36,10 +36,14 @@ class Recorder:
         self.delay = delay
         self.gate: threading.Event | None = None
         self.lock = threading.Lock()
+        self.deadlines: list[float | None] = []
 
-    def __call__(self, texts: Sequence[str], field: str) -> list[Extraction]:
+    def __call__(
+        self, texts: Sequence[str], field: str, *, deadline: float | None = None
+    ) -> list[Extraction]:
         with self.lock:
             self.calls.append(list(texts))
+            self.deadlines.append(deadline)
         if self.gate is not None:
             assert self.gate.wait(10)
         time.sleep(self.delay)
@@ -225,7 +229,7 @@ def test_microbatch_a_dying_thread_answers_its_requests(batchers: Any) -> None:
 
     calls = []
 
-    def run(texts: Sequence[str], field: str) -> list[Extraction]:
+    def run(texts: Sequence[str], field: str, *, deadline: float | None = None) -> list[Extraction]:
         calls.append(list(texts))
         if len(calls) == 1:
             raise Fatal()
@@ -282,10 +286,12 @@ def test_microbatch_app_isolates_a_failing_request(
     from tests.app.conftest import FakeExtractor
 
     class Picky(FakeExtractor):
-        def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+        def extract_batch(
+            self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
+        ) -> list[Extraction]:
             if "炸" in "".join(texts):
                 raise RuntimeError("boom")
-            return super().extract_batch(texts, field=field)
+            return super().extract_batch(texts, field=field, deadline=deadline)
 
     picky = Picky(triples_model_dir)
     app = create_app(settings.replace(microbatch_wait_ms=500), loader=lambda s: picky)

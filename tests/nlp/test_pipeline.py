@@ -205,3 +205,58 @@ def test_pipeline_empty_and_blank_texts_give_empty_results(extractor):
 def test_pipeline_property_any_text_extracts_with_valid_offsets(ner_extractor, text):
     for entity in ner_extractor.extract(text).entities:
         assert text[entity.span.start : entity.span.end] == entity.span.text
+
+
+# -- bounded work: Plan.tokens, max_tokens, deadlines (issue 12) --------------------------------------
+def test_pipeline_plan_counts_every_window_with_cls_and_sep(extractor):
+    long_text = "。".join(SENTENCES * 40)
+    plan = extractor.plan([SENTENCES[0], long_text])
+    assert len(plan.windows) > 2
+    assert plan.tokens == sum(w.stop - w.start + 2 for w in plan.windows)
+    short = extractor.plan([SENTENCES[0]], field="text")
+    assert short.tokens == len(extractor.tokenizer.encode(SENTENCES[0])) + 2
+    assert plan.tokens > len(extractor.tokenizer.encode(long_text)) + 2  # overlaps count twice
+
+
+def test_pipeline_max_tokens_refuses_before_any_model_call(extractor, monkeypatch):
+    from nlp.errors import RequestTooLarge
+
+    calls = []
+    monkeypatch.setattr(extractor.runtime, "run", lambda *a: calls.append(a))
+    tokens = extractor.plan(SENTENCES).tokens
+    with pytest.raises(RequestTooLarge) as info:
+        extractor.extract_batch(SENTENCES, max_tokens=tokens - 1)
+    assert (info.value.tokens, info.value.limit, info.value.code) == (
+        tokens,
+        tokens - 1,
+        "request_too_large",
+    )
+    assert str(tokens) in info.value.message and str(tokens - 1) in info.value.message
+    assert calls == []
+
+
+def test_pipeline_deadline_is_checked_between_model_calls(extractor, monkeypatch):
+    from nlp.errors import DeadlineExceeded
+
+    texts = ["。".join(SENTENCES * 12)] * 3 + SENTENCES  # several bucket shapes
+    plan = extractor.plan(texts)
+    now = [0.0]
+    real_run = extractor.runtime.run
+    calls = []
+
+    def slow_run(token_ids, segment_ids):
+        calls.append(token_ids.shape)
+        now[0] += 1.0  # each model call takes one (fake) second
+        return real_run(token_ids, segment_ids)
+
+    monkeypatch.setattr(extractor.runtime, "run", slow_run)
+    with pytest.raises(DeadlineExceeded) as info:
+        extractor.run(plan, deadline=2.0, clock=lambda: now[0])
+    assert len(calls) == 2  # stopped before the third call, not after the last
+    assert (info.value.done, info.value.code) == (2, "deadline_exceeded")
+    assert info.value.total > 2
+    calls.clear()
+    now[0] = 0.0
+    assert len(extractor.run(plan, deadline=100.0, clock=lambda: now[0])) == len(texts)
+    with pytest.raises(DeadlineExceeded):
+        extractor.run(plan, deadline=-1.0)  # already past: no model call at all
