@@ -1,0 +1,196 @@
+"""Live tests of the service's edges (issue 12), gunicorn alone (no nginx), one worker, the demo model.
+
+- An 18 MB body sent without ``Expect: 100-continue`` by ``urllib`` and ``requests`` reads the 413
+  problem (``app.gunicorn_worker``), not a connection reset; no keep-alive over an unread body.
+- The worst request the body limit admits gets its 413 (``SPO_MAX_REQUEST_TOKENS``) at once, and one
+  under the token limit but slower than ``SPO_REQUEST_TIMEOUT`` its 504 near the deadline, while
+  ``/healthz`` and a one-sentence ``/v1/extract`` from other connections to the same worker are answered.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from app.settings import DEFAULT_MODEL_DIR
+from tests.app.test_live import (
+    BOOT_TIMEOUT_S,
+    PROBLEM,
+    Answer,
+    call,
+    free_port,
+    post_json,
+    start_serve,
+    stop,
+    wait_ready,
+    wait_workers,
+)
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+
+TIMEOUT_S = 1.5
+MAX_TOKENS = 150_000
+SENTENCE = "鲁迅原名周树人，1881年9月25日出生于浙江绍兴，是中国现代文学的奠基人之一。"
+LONG_TEXT = (SENTENCE * (10_000 // len(SENTENCE) + 1))[:10_000]
+
+
+@dataclass
+class Server:
+    port: int
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    run_dir = tmp_path_factory.mktemp("live-edges")
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_MODEL_DIR": str(DEFAULT_MODEL_DIR),
+        "SPO_WORKERS": "1",
+        "SPO_THREADS": "4",
+        "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
+        "SPO_REQUEST_TIMEOUT": str(TIMEOUT_S),
+        "SPO_MAX_REQUEST_TOKENS": str(MAX_TOKENS),
+    }
+    log = run_dir / "gunicorn.log"
+    process = start_serve(port, env, log)
+    try:
+        wait_ready(port, process, log, BOOT_TIMEOUT_S)
+        wait_workers(log, 1, BOOT_TIMEOUT_S)
+        yield Server(port, log)
+    finally:
+        stop(process)
+
+
+def _big_body(size: int = 18 * 2**20) -> bytes:
+    return b'{"text": "' + b"a" * size + b'"}'
+
+
+def _assert_body_too_large(status: int, content_type: str, body: bytes) -> None:
+    assert status == 413
+    assert content_type.split(";")[0] == PROBLEM
+    assert json.loads(body)["code"] == "body_too_large"
+
+
+def test_live_edges_18mb_body_via_urllib_reads_the_413(server: Server) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/v1/extract",
+        data=_big_body(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    started = time.monotonic()
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    assert time.monotonic() - started < 20
+    error = info.value
+    _assert_body_too_large(error.code, error.headers["Content-Type"], error.read())
+    assert error.headers["Connection"] == "close"
+
+
+def test_live_edges_18mb_body_via_requests_reads_the_413(server: Server) -> None:
+    with requests.Session() as session:
+        response = session.post(
+            f"http://127.0.0.1:{server.port}/v1/extract",
+            data=_big_body(),
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
+        _assert_body_too_large(
+            response.status_code, response.headers["Content-Type"], response.content
+        )
+        assert response.headers["Connection"] == "close"
+        # The session opens a new connection for the next request, which is served.
+        again = session.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+        assert again.status_code == 200
+
+
+def test_live_edges_no_keepalive_over_an_unread_body(server: Server) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        # Read by the app: the connection stays open and serves the next request.
+        conn.request(
+            "POST", "/v1/extract", '{"text": "北京"}'.encode(), {"Content-Type": "application/json"}
+        )
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200
+        assert first.getheader("Connection") == "keep-alive"
+        # Refused before the body is read (415): answered, then closed, never kept alive.
+        conn.request("POST", "/v1/extract", b"x" * 300_000, {"Content-Type": "text/plain"})
+        refused = conn.getresponse()
+        assert refused.status == 415
+        assert json.loads(refused.read())["code"] == "unsupported_media_type"
+        assert refused.getheader("Connection") == "close"
+    finally:
+        conn.close()
+
+
+def _worst_body() -> bytes:
+    """As many 10,000-character texts as fit the default 1 MiB body limit."""
+    n = (2**20 - 16) // (len(json.dumps(LONG_TEXT, ensure_ascii=False).encode()) + 1)
+    body = json.dumps({"texts": [LONG_TEXT] * n}, ensure_ascii=False).encode()
+    assert len(body) <= 2**20
+    return body
+
+
+def _alongside(port: int, slow: bytes) -> tuple[Answer, float, list[tuple[str, int, float]]]:
+    """Send ``slow``; while it runs, ``/healthz`` and a one-sentence extract on other connections."""
+    with ThreadPoolExecutor(3) as pool:
+        started = time.monotonic()
+        big = pool.submit(
+            call, port, "POST", "/v1/extract", slow, {"Content-Type": "application/json"}, 60
+        )
+        time.sleep(0.4)
+        others: list[tuple[str, int, float]] = []
+        for name, fn in (
+            ("healthz", lambda: call(port, "GET", "/healthz", timeout=30)),
+            ("extract", lambda: post_json(port, {"text": SENTENCE})),
+        ):
+            t = time.monotonic()
+            answer = fn()
+            others.append((name, answer.status, time.monotonic() - t))
+        answer = big.result(60)
+        return answer, time.monotonic() - started, others
+
+
+def test_live_edges_worst_case_request_gets_413_while_others_are_served(server: Server) -> None:
+    answer, seconds, others = _alongside(server.port, _worst_body())
+    assert answer.status == 413
+    assert answer.mimetype == PROBLEM
+    problem = answer.json()
+    assert problem["code"] == "request_too_large"
+    assert problem["limit"] == MAX_TOKENS and problem["tokens"] > MAX_TOKENS
+    assert seconds < 15  # tokenizing and counting only (about 1 s on one busy core)
+    assert [(name, status) for name, status, _ in others] == [("healthz", 200), ("extract", 200)]
+
+
+def test_live_edges_slow_request_gets_504_at_its_deadline_while_others_are_served(
+    server: Server,
+) -> None:
+    # Ten 10,000-character texts: under the token limit, and about 6 s of the demo model's time.
+    body = json.dumps({"texts": [LONG_TEXT] * 10}, ensure_ascii=False).encode()
+    answer, seconds, others = _alongside(server.port, body)
+    assert answer.status == 504, answer.body[:300]
+    assert answer.mimetype == PROBLEM
+    assert answer.json()["code"] == "deadline_exceeded"
+    assert seconds < TIMEOUT_S + 5
+    (_, health, health_s), (_, extract, extract_s) = others
+    assert health == 200 and health_s < 2  # not behind the model
+    assert extract == 200 and extract_s < TIMEOUT_S + 5  # waited at most until its deadline
+    # The worker is free at once: the next request is answered without delay.
+    started = time.monotonic()
+    assert post_json(server.port, {"text": SENTENCE}).status == 200
+    assert time.monotonic() - started < TIMEOUT_S
