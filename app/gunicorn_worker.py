@@ -85,6 +85,8 @@ def linger(conn: Any, seconds: float = LINGER_S) -> bool:
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
     """gthread, plus a clean close after answering over an unread request body (module doc)."""
 
+    wsgi: Any
+
     def load_wsgi(self) -> None:
         super().load_wsgi()
         self.wsgi = _EdgeApp(self.wsgi)

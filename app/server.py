@@ -9,12 +9,16 @@ gunicorn runs as ``python -m app.master``: its own master with the model-aware s
 ``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
 a private unix socket and supervises both.
 
-``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream.
+``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream. It never
+renders ``user root;``: started as root, nginx's workers run as ``nginx_worker_user()`` (``nobody``), so
+the prefix directory must be reachable by that user; as any other user no ``user`` line is needed.
 """
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import re
 import signal
 import sys
@@ -78,6 +82,17 @@ def gunicorn_command(
     return argv, env
 
 
+NGINX_WORKER_USER = "nobody"
+
+
+def nginx_worker_user(name: str = NGINX_WORKER_USER) -> str:
+    """nginx's ``user`` line for a master started as root: an unprivileged user and its group."""
+    entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise ValueError(f"nginx workers must not run as root (user {name!r} has uid 0)")
+    return f"user {entry.pw_name} {grp.getgrgid(entry.pw_gid).gr_name};"
+
+
 def render_nginx_conf(
     settings: Settings,
     *,
@@ -96,7 +111,18 @@ def render_nginx_conf(
         "PREFIX": str(prefix),
         "MAX_BODY_BYTES": str(settings.max_body_bytes),
         "READ_TIMEOUT": f"{settings.timeout + 10}s",
-        "USER": "user root;" if os.geteuid() == 0 else "",
+        "USER": nginx_worker_user() if os.geteuid() == 0 else "",
+        "RATE_LIMIT_ZONE": (
+            f"    limit_req_zone $spo_rate_key zone=spo_clients:10m rate={settings.rate_limit};"
+            if settings.rate_limit
+            else ""
+        ),
+        "RATE_LIMIT": (
+            f"            limit_req zone=spo_clients burst={settings.rate_burst} nodelay;\n"
+            "            limit_req_status 429;"
+            if settings.rate_limit
+            else ""
+        ),
     }
     text = template.read_text(encoding="utf-8")
     for name, value in values.items():

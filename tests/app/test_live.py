@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -187,29 +188,46 @@ def stack(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         nginx_port = None
         if NGINX is not None:
             nginx_port = free_port()
-            prefix = run_dir / "nginx"
-            prefix.mkdir()
-            conf = prefix / "nginx.conf"
-            conf.write_text(
-                render_nginx_conf(
-                    settings,
-                    listen=f"127.0.0.1:{nginx_port}",
-                    upstream=f"127.0.0.1:{gunicorn_port}",
-                    prefix=prefix,
-                )
-            )
-            with (prefix / "stderr.log").open("wb") as err:
-                nginx = subprocess.Popen(
-                    [NGINX, "-p", str(prefix), "-c", str(conf)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                )
-            wait_ready(nginx_port, nginx, prefix / "error.log", 20)
+            nginx = start_nginx(settings, nginx_port, gunicorn_port)
         yield Stack(gunicorn_port, nginx_port, settings, log)
     finally:
         if nginx is not None:
-            stop(nginx, signal.SIGQUIT)
+            stop_nginx(nginx)
         stop(gunicorn)
+
+
+def stop_nginx(nginx: subprocess.Popen[bytes]) -> None:
+    stop(nginx, signal.SIGQUIT)
+    prefix = Path(str(nginx.args[2]))  # [nginx, -p, PREFIX, ...]
+    shutil.rmtree(prefix, ignore_errors=True)
+
+
+def start_nginx(settings: Settings, port: int, upstream_port: int) -> subprocess.Popen[bytes]:
+    """nginx on ``port`` in front of gunicorn, with ``render_nginx_conf(settings)``.
+
+    Its prefix is a fresh directory under /tmp that its workers can reach: started as root, they
+    run as ``nobody`` (never root), and pytest's own temporary directories are private to root.
+    """
+    assert NGINX is not None
+    prefix = Path(tempfile.mkdtemp(prefix="spo-nginx-"))
+    prefix.chmod(0o755)
+    conf = prefix / "nginx.conf"
+    conf.write_text(
+        render_nginx_conf(
+            settings,
+            listen=f"127.0.0.1:{port}",
+            upstream=f"127.0.0.1:{upstream_port}",
+            prefix=prefix,
+        )
+    )
+    with (prefix / "stderr.log").open("wb") as err:
+        nginx = subprocess.Popen(
+            [NGINX, "-p", str(prefix), "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    wait_ready(port, nginx, prefix / "error.log", 20)
+    return nginx
 
 
 # -- gunicorn itself -----------------------------------------------------------------------------
@@ -245,6 +263,26 @@ def test_live_nginx_extract_and_request_ids(stack: Stack) -> None:
     assert insane.json()["request_id"] == insane.headers["x-request-id"]
     assert call(port, "GET", "/readyz").status == 200
     assert call(port, "GET", "/v1/model").json()["task"] == "triples"
+
+
+def test_live_nginx_rate_limit_answers_429_problems(stack: Stack) -> None:
+    assert stack.port  # skips without nginx
+    port = free_port()
+    limited = start_nginx(
+        stack.settings.replace(rate_limit="1r/s", rate_burst=2), port, stack.gunicorn_port
+    )
+    try:
+        answers = [call(port, "GET", "/v1/model") for _ in range(8)]
+        statuses = [a.status for a in answers]
+        assert statuses[:3] == [200, 200, 200]  # the rate, plus a burst of 2
+        refused = [a for a in answers if a.status == 429]
+        assert len(refused) >= 4, statuses
+        assert refused[0].mimetype == PROBLEM
+        assert refused[0].json()["code"] == "rate_limited"
+        assert refused[0].headers["retry-after"] == "1"
+        assert all(call(port, "GET", "/healthz").status == 200 for _ in range(5))  # never limited
+    finally:
+        stop_nginx(limited)
 
 
 MALFORMED = [

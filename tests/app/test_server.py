@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -167,10 +169,44 @@ def test_server_nginx_conf_carries_the_limits(model_dir: Path, tmp_path: Path) -
     assert "{{" not in text
 
 
-@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs nginx-light)")
-def test_server_nginx_conf_is_valid(model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_server_nginx_conf_never_runs_workers_as_root(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, euid: int
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
     text = render_nginx_conf(
         Settings(model_dir=model_dir), listen="127.0.0.1:1", upstream="127.0.0.1:2", prefix=tmp_path
+    )
+    users = re.findall(r"^\s*user\s+([^;]+);", text, re.M)
+    assert "root" not in " ".join(users)
+    assert users == (["nobody nogroup"] if euid == 0 else [])
+
+
+def test_server_nginx_rate_limit_only_when_set(model_dir: Path, tmp_path: Path) -> None:
+    off = render_nginx_conf(
+        Settings(model_dir=model_dir), listen="127.0.0.1:1", upstream="127.0.0.1:2", prefix=tmp_path
+    )
+    assert "limit_req " not in off and "limit_req_zone" not in off
+    on = render_nginx_conf(
+        Settings(model_dir=model_dir, rate_limit="5r/s", rate_burst=7),
+        listen="127.0.0.1:1",
+        upstream="127.0.0.1:2",
+        prefix=tmp_path,
+    )
+    assert "limit_req_zone $spo_rate_key zone=spo_clients:10m rate=5r/s;" in on
+    assert "limit_req zone=spo_clients burst=7 nodelay;" in on
+    assert "limit_req_status 429;" in on
+    assert '"code":"rate_limited"' in on
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs nginx-light)")
+@pytest.mark.parametrize("rate_limit", ["", "10r/s"])
+def test_server_nginx_conf_is_valid(model_dir: Path, tmp_path: Path, rate_limit: str) -> None:
+    text = render_nginx_conf(
+        Settings(model_dir=model_dir, rate_limit=rate_limit),
+        listen="127.0.0.1:1",
+        upstream="127.0.0.1:2",
+        prefix=tmp_path,
     )
     (tmp_path / "nginx.conf").write_text(text)
     result = subprocess.run(
