@@ -109,6 +109,15 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     show_default=True,
     help="Longer texts get a text_too_long error record.",
 )
+@click.option(
+    "--record-timeout",
+    type=click.FloatRange(0, 86_400),
+    default=0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Most model time one record may take; a record over it becomes a deadline_exceeded "
+    "error record (0: no limit).",
+)
 @precision_option()
 def extract(
     inputs: tuple[str, ...],
@@ -127,6 +136,7 @@ def extract(
     quiet: bool,
     window: int,
     max_text_chars: int,
+    record_timeout: float,
     precision: str,
 ) -> None:
     """Extract entities and triples from INPUT files (- for stdin) into JSON lines.
@@ -155,6 +165,7 @@ def extract(
         window=window,
         max_text_chars=max_text_chars,
         precision=precision,
+        record_timeout=record_timeout,
     )
     try:
         summary = run_batch(

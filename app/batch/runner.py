@@ -83,6 +83,7 @@ class BatchOptions:
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     precision: str = DEFAULT_PRECISION
     intra_op_threads: int | None = None
+    record_timeout: float = 0.0
 
     def load_options(self) -> LoadOptions:
         """How each worker loads the model: cores / workers TensorFlow threads unless given."""
@@ -113,6 +114,8 @@ class BatchOptions:
         for problem in self.load_options().problems():  # named as the command's flags
             name, rest = problem.split(" ", 1)
             out.append(f"--{name.replace('_', '-')} {rest}")
+        if not 0 <= self.record_timeout <= 86_400:
+            out.append("--record-timeout must be between 0 (none) and 86400 seconds")
         if self.resume and self.output == "-":
             out.append("--resume needs an output file (-o), not stdout")
         if self.output != "-":
@@ -207,7 +210,9 @@ def run_batch(
     summary.earlier_errors = output.checkpoint.errors
     total = _total(sources, options) if progress else None
 
-    spec = WorkSpec(options.load_options(), text_field=options.text_field)
+    spec = WorkSpec(
+        options.load_options(), text_field=options.text_field, record_timeout=options.record_timeout
+    )
     executor: InlineExecutor | ProcessExecutor
     if options.workers == 0:
         executor = InlineExecutor(factory, spec)

@@ -10,6 +10,13 @@ own extractor with the run's ``nlp.config.LoadOptions`` (``intra_op = cores / wo
 when its RSS is over ``max_rss_mb``, between chunks, so no chunk is lost or reordered. A worker that
 dies mid-chunk is replaced and the chunk is run again once; a second death stops the run (the output
 stays resumable).
+
+``WorkSpec.record_timeout`` (``--record-timeout``, seconds; 0: none) bounds each record's model time. A
+chunk runs under a deadline of ``record_timeout`` x its texts; when the pipeline stops it there (it
+checks between model calls), its texts run one at a time under ``record_timeout`` each, and a record
+that passes it becomes a ``deadline_exceeded`` error record: a runaway record never holds a worker. A
+worker that does not answer at all within twice its chunk's budget plus ``HANG_GRACE_S`` (a model call
+that never returns) is killed and handled as a dead worker.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 from app.batch.output import encode_outcome
 from app.problems import INTERNAL_ERROR
 from nlp.config import LoadOptions
-from nlp.errors import ModelLoadError, SpoError
+from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
 from nlp.protocols import ExtractorLike
 from nlp.validation import check_text
 
@@ -49,6 +56,7 @@ INTERNAL_ERROR_OUTCOME = encode_outcome(
 
 # Loads a worker's extractor: ``nlp.config.load_extractor``, or a picklable fake in tests.
 ExtractorFactory = Callable[[LoadOptions], ExtractorLike]
+HANG_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class WorkSpec:
 
     options: LoadOptions
     text_field: str = "text"
+    record_timeout: float = 0.0  # seconds of model time per record; 0: no limit
 
 
 class WorkerError(Exception):
@@ -68,7 +77,8 @@ def error_outcome(exc: SpoError) -> Outcome:
 
 
 def run_chunk(extractor: ExtractorLike, texts: Sequence[str], spec: WorkSpec) -> list[Outcome]:
-    """Outcomes for ``texts``: each is checked first, so one bad text never fails its neighbours."""
+    """Outcomes for ``texts``: each is checked first, so one bad text never fails its neighbours;
+    with ``spec.record_timeout`` no record runs longer than that (see the module docstring)."""
     out: list[Outcome | None] = [None] * len(texts)
     valid: list[int] = []
     for i, text in enumerate(texts):
@@ -78,21 +88,35 @@ def run_chunk(extractor: ExtractorLike, texts: Sequence[str], spec: WorkSpec) ->
             out[i] = error_outcome(exc)
         else:
             valid.append(i)
+    timeout = spec.record_timeout
     if valid:
+        deadline = time.monotonic() + timeout * len(valid) if timeout else None
         try:
-            results = extractor.extract_batch([texts[i] for i in valid])
+            results = extractor.extract_batch([texts[i] for i in valid], deadline=deadline)
             for i, result in zip(valid, results, strict=True):
                 out[i] = encode_outcome(result.to_dict())
+        except DeadlineExceeded:
+            logger.warning(
+                "a chunk of %d texts passed --record-timeout (%gs a text); running them one by one",
+                len(valid),
+                timeout,
+            )
+            for i in valid:
+                out[i] = _run_one(extractor, texts[i], timeout)
         except Exception:
             logger.exception("batch of %d texts failed; retrying them one at a time", len(valid))
             for i in valid:
-                out[i] = _run_one(extractor, texts[i])
+                out[i] = _run_one(extractor, texts[i], timeout)
     return [o if o is not None else INTERNAL_ERROR_OUTCOME for o in out]
 
 
-def _run_one(extractor: ExtractorLike, text: str) -> Outcome:
+def _run_one(extractor: ExtractorLike, text: str, record_timeout: float = 0.0) -> Outcome:
+    deadline = time.monotonic() + record_timeout if record_timeout else None
     try:
-        return encode_outcome(extractor.extract_batch([text])[0].to_dict())
+        return encode_outcome(extractor.extract_batch([text], deadline=deadline)[0].to_dict())
+    except DeadlineExceeded as exc:
+        message = f"the record took over --record-timeout {record_timeout:g}s ({exc.message})"
+        return encode_outcome({"error": {"code": exc.code, "message": message}})
     except SpoError as exc:
         return error_outcome(exc)
     except Exception:
@@ -165,6 +189,7 @@ class _Worker:
         self.ready = False
         self.texts = 0
         self.chunk: Chunk | None = None
+        self.sent_at = 0.0
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the worker to exit after its chunk; kill it after ``timeout`` seconds (0: now)."""
@@ -246,12 +271,14 @@ class ProcessExecutor:
                     if chunk is None:
                         break
                     w.chunk = chunk
+                    w.sent_at = time.monotonic()
                     with contextlib.suppress(OSError):  # died while idle: found below, retried
                         w.conn.send(chunk)
             busy = [w for w in self.workers if w.chunk is not None or not w.ready]
             if not any(w.chunk is not None for w in busy) and exhausted and not retry:
                 return
-            wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            wait([w.conn for w in busy] + [w.process.sentinel for w in busy], self._hang_wait(busy))
+            self._kill_hung(busy)
             for i, w in enumerate(list(self.workers)):
                 if not w.ready:
                     if w.conn.poll() or not w.process.is_alive():
@@ -288,6 +315,34 @@ class ProcessExecutor:
                     self.restarted += 1
                     w.conn.close()
                     self.workers[i] = self._spawn()
+
+    def _hang_bound(self, worker: _Worker) -> float | None:
+        """When a worker busy with a chunk counts as hung (monotonic), or None without a timeout."""
+        timeout = self.spec.record_timeout
+        if not timeout or worker.chunk is None:
+            return None
+        return worker.sent_at + 2 * timeout * len(worker.chunk[1]) + HANG_GRACE_S
+
+    def _hang_wait(self, busy: list[_Worker]) -> float | None:
+        bounds = [b for w in busy if (b := self._hang_bound(w)) is not None]
+        return max(0.0, min(bounds) - time.monotonic()) if bounds else None
+
+    def _kill_hung(self, busy: list[_Worker]) -> None:
+        """Kill workers past their hang bound; the loop then handles them as dead workers."""
+        now = time.monotonic()
+        for w in busy:
+            bound = self._hang_bound(w)
+            if bound is not None and now >= bound and w.process.is_alive():
+                logger.error(
+                    "worker %d has not answered a chunk of %d texts in %.0f s "
+                    "(--record-timeout %gs a text): killing it",
+                    w.process.pid,
+                    len(w.chunk[1]) if w.chunk else 0,
+                    now - w.sent_at,
+                    self.spec.record_timeout,
+                )
+                w.process.kill()
+                w.process.join(10)
 
     def _should_recycle(self, worker: _Worker, rss: int) -> bool:
         if self.recycle_after and worker.texts >= self.recycle_after:

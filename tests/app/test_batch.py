@@ -7,6 +7,7 @@ import functools
 import gzip
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from app.batch import BatchOptions, run_batch
 from app.batch.output import OutputError
 from app.batch.workers import WorkerError
 from app.cli import main
-from tests.app.test_batch_fakes import BOOM, FakeFactory
+from tests.app.test_batch_fakes import BOOM, HANG, SLOW, FakeFactory
 
 FAKE = FakeFactory()
 
@@ -314,3 +315,53 @@ def test_batch_unicode_line_breaks_inside_texts_stay_in_one_line(tmp_path: Path)
     assert [r["id"] for r in records] == [1, 2, 3, 4]
     check_offsets(dict(enumerate(texts, 1)), records)
     assert [len(r["entities"]) for r in records] == [2, 1, 0, 1]
+
+
+# -- --record-timeout (issue 12) ------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [0, 1])
+def test_batch_record_timeout_turns_a_runaway_record_into_an_error_record(
+    tmp_path: Path, workers: int
+) -> None:
+    path = tmp_path / "in.txt"
+    texts = ["张三在北京"] * 6
+    texts[2] = "北京" + SLOW
+    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    started = time.monotonic()
+    records = lines(
+        run(
+            tmp_path,
+            [path],
+            workers=workers,
+            chunk_size=4,
+            record_timeout=0.3,
+            factory=FakeFactory(slow_s=3.0),
+        )
+    )
+    assert time.monotonic() - started < 30
+    assert [r["id"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert records[2]["error"]["code"] == "deadline_exceeded"
+    assert "--record-timeout 0.3s" in records[2]["error"]["message"]
+    assert all("entities" in r for i, r in enumerate(records) if i != 2)
+
+
+def test_batch_record_timeout_kills_a_hung_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.batch import workers as batch_workers
+
+    monkeypatch.setattr(batch_workers, "HANG_GRACE_S", 0.5)
+    path = tmp_path / "in.txt"
+    path.write_text("北京\n" + HANG + "\n", encoding="utf-8")
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match="died twice"):
+        run(tmp_path, [path], workers=1, record_timeout=0.2, factory=FakeFactory(hang=True))
+    assert time.monotonic() - started < 60  # killed, retried once, killed: never a hung run
+
+
+def test_batch_cli_record_timeout_option(fake_cli: CliRunner) -> None:
+    result = fake_cli.invoke(
+        main, ["extract", "-", "--workers", "0", "--record-timeout", "5"], input="张三\n"
+    )
+    assert result.exit_code == 0, result.output
+    bad = fake_cli.invoke(main, ["extract", "-", "--record-timeout", "-1"], input="x\n")
+    assert bad.exit_code == 2 and "--record-timeout" in bad.output

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from nlp.config import LoadOptions
+from nlp.errors import DeadlineExceeded
 from nlp.types import Entity, Extraction, Span
 from nlp.validation import check_text
 
 BOOM = "💥"
+SLOW = "🐢"  # a runaway record: each model call on it takes ``slow_s`` (see FakeFactory)
+HANG = "🧊"  # with ``hang``: the call never returns
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class FakeFactory:
     die_once: str | None = None
     die_always: bool = False
     raise_on: str | None = None
+    slow_s: float = 0.0
+    hang: bool = False
 
     def __call__(self, options: LoadOptions) -> FakeExtractor:
         return FakeExtractor(options, self)
@@ -44,9 +49,19 @@ class FakeExtractor:
         self.options, self.factory = options, factory
         self.calls = 0
 
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
+    def extract_batch(
+        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
+    ) -> list[Extraction]:
         self.calls += 1
         f = self.factory
+        if f.hang and any(HANG in t for t in texts):
+            time.sleep(3600)
+        for t in texts:  # ten model calls per SLOW text; the deadline is checked between calls
+            for _ in range(10 if SLOW in t else 1):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DeadlineExceeded("stopped at its deadline (fake)")
+                if SLOW in t:
+                    time.sleep(f.slow_s / 10)
         if f.kill_on_call and self.calls == f.kill_on_call:
             os.kill(os.getpid(), signal.SIGKILL)
         if f.delay:
