@@ -60,7 +60,10 @@ def gunicorn_command(
     """The argv and environment that run gunicorn (``app.master``) for ``settings``."""
     env = dict(os.environ if environ is None else environ)
     env["SPO_BIND"] = settings.bind
-    env["SPO_WORKERS"] = str(settings.workers)
+    if settings.workers_auto:
+        env.pop("SPO_WORKERS", None)  # gunicorn.conf.py sizes again and logs why; --workers below
+    else:
+        env["SPO_WORKERS"] = str(settings.workers)
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     if settings.use_jemalloc and str(JEMALLOC_PATH) not in preload:
         env["LD_PRELOAD"] = ":".join([str(JEMALLOC_PATH), *preload])
@@ -143,7 +146,10 @@ def _settings(env: Mapping[str, str]) -> Settings:
 @click.command("serve", context_settings={"ignore_unknown_options": True})
 @click.option("--bind", "-b", help="HOST:PORT or unix:PATH (env SPO_BIND, default 127.0.0.1:8000).")
 @click.option(
-    "--workers", "-w", type=int, help="Worker processes (env SPO_WORKERS, default: cores)."
+    "--workers",
+    "-w",
+    type=int,
+    help="Worker processes (env SPO_WORKERS; default: usable CPUs, capped by the memory limit).",
 )
 @click.option(
     "--nginx",
@@ -153,7 +159,9 @@ def _settings(env: Mapping[str, str]) -> Settings:
     "supervise both (--bind is then not used).",
 )
 @click.option(
-    "--check-config", is_flag=True, help="Validate settings and gunicorn config, then exit."
+    "--check-config",
+    is_flag=True,
+    help="Validate settings and gunicorn config, print the resolved sizing and why, then exit.",
 )
 @click.argument("gunicorn_args", nargs=-1, type=click.UNPROCESSED)
 def serve(
@@ -185,8 +193,15 @@ def serve(
     address = nginx_listen if nginx_listen is not None else settings.bind
     pid_file = settings.pid_file or default_pid_file(address)
     extra = list(gunicorn_args)
+    sizing = settings.sizing()
     if check_config:
         extra.append("--check-config")
+        click.echo("resolved sizing (app.sizing):")
+        for line in sizing.lines():
+            click.echo(f"  {line}")
+    else:
+        for warning in sizing.warnings:
+            click.echo(f"spo serve: WARNING: {warning}", err=True)
     if nginx_listen is not None and not check_config:
         from app.supervisor import serve_behind_nginx
 

@@ -21,10 +21,11 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
 
+from app.sizing import Machine, Sizing, estimate_worker_rss_mib, intra_op_threads, plan
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_PRECISION,
@@ -48,20 +49,17 @@ _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
 
 
 def cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask, not the host's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    """CPUs this process may keep busy: the cgroup CPU quota, then the affinity mask (``app.sizing``)."""
+    return Machine.probe().cpus
 
 
 def threads_per_worker(workers: int) -> int:
-    """TensorFlow intra-op threads for each of ``workers`` model processes: the cores split evenly.
+    """TensorFlow intra-op threads for each of ``workers`` model processes: the usable CPUs split evenly.
 
     The one cores / workers split: the service's workers, the batch command's workers and the
-    benchmarks all call this, so a change to how cores are counted is made here.
+    benchmarks all call this; the CPUs are counted in ``app.sizing`` (cgroup quota, affinity mask).
     """
-    return max(1, cpu_count() // max(1, workers))
+    return intra_op_threads(cpu_count(), workers)
 
 
 class SettingsError(ValueError):
@@ -89,7 +87,7 @@ class Settings:
     rate_burst: int = 20
     auth_tokens: tuple[str, ...] = ()
     bind: str = "127.0.0.1:8000"
-    workers: int = field(default_factory=cpu_count)
+    workers: int = 0  # 0: from the CPU quota, affinity mask and memory limit (``sizing()``)
     threads: int = 4
     intra_op_threads: int | None = None
     inter_op_threads: int = 1
@@ -112,13 +110,36 @@ class Settings:
     def __post_init__(self, require_model: bool) -> None:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
         object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
+        object.__setattr__(self, "_auto_workers", self.workers == 0)
+        if self.workers == 0:
+            object.__setattr__(self, "workers", self.sizing().workers)
         problems = self.problems(require_model=require_model)
         if problems:
             raise SettingsError(problems)
 
     @property
+    def workers_auto(self) -> bool:
+        """Whether ``workers`` came from ``sizing()`` (not set by SPO_WORKERS or a flag)."""
+        return bool(getattr(self, "_auto_workers", False))
+
+    def sizing(self, machine: Machine | None = None) -> Sizing:
+        """Workers and threads for this machine or container and why (``app.sizing.plan``)."""
+        explicit = not self.workers_auto
+        rss = (
+            estimate_worker_rss_mib(self.model_dir, self.precision)
+            if (self.model_dir / "model.json").is_file()
+            else None
+        )
+        return plan(
+            machine or Machine.probe(),
+            workers=self.workers if explicit and self.workers > 0 else None,
+            intra_op=self.intra_op_threads,
+            worker_rss_mib=rss,
+        )
+
+    @property
     def tf_intra_op_threads(self) -> int:
-        """TensorFlow intra-op threads per worker: cores / workers unless set, so workers share cores."""
+        """TensorFlow intra-op threads per worker: usable CPUs / workers unless set (``app.sizing``)."""
         if self.intra_op_threads is not None:
             return self.intra_op_threads
         return threads_per_worker(self.workers)
@@ -264,6 +285,10 @@ def _seconds(raw: str) -> float:
     return value
 
 
+def _workers(raw: str) -> int:
+    return 0 if raw.lower() == "auto" else _int(raw)
+
+
 def _optional_int(raw: str) -> int | None:
     return None if raw.lower() in ("auto", "none") else _int(raw)
 
@@ -327,11 +352,15 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "rate_burst": (_int, "nginx: requests a client may go over the rate before 429"),
     "auth_tokens": (_tokens, "comma-separated bearer tokens for /v1/*; empty: no authentication"),
     "bind": (_str, "gunicorn bind address, HOST:PORT or unix:PATH"),
-    "workers": (_int, "gunicorn worker processes (default: CPU count)"),
+    "workers": (
+        _workers,
+        "gunicorn worker processes; auto (default): usable CPUs (CPU quota, then affinity), "
+        "capped by the memory limit",
+    ),
     "threads": (_int, "threads per worker (model calls are serialized; the rest overlap)"),
     "intra_op_threads": (
         _optional_int,
-        "TensorFlow intra-op threads per worker (default: cores / workers)",
+        "TensorFlow intra-op threads per worker (default: usable CPUs / workers)",
     ),
     "inter_op_threads": (_int, "TensorFlow inter-op threads per worker"),
     "timeout": (_int, "gunicorn worker timeout in seconds; must cover model load plus warm-up"),

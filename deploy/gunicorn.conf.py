@@ -23,8 +23,10 @@ import psutil
 from app.logging import logging_config
 from app.master import watch_worker
 from app.settings import Settings, threads_per_worker
+from app.sizing import Machine, memory_warning
 
 settings = Settings.from_env()
+sizing = settings.sizing()
 
 wsgi_app = "app:create_app()"
 bind = [settings.bind]
@@ -55,9 +57,18 @@ def _rss_mib() -> float:
     return float(psutil.Process().memory_info().rss) / _MIB
 
 
+def on_starting(server: Any) -> None:
+    """Log the resolved sizing (app.sizing) once, in the master; its warnings as warnings."""
+    for line in sizing.lines():
+        if line.startswith("WARNING: "):
+            server.log.warning("sizing: %s", line.removeprefix("WARNING: "))
+        else:
+            server.log.info("sizing: %s", line.strip())
+
+
 def post_fork(server: Any, worker: Any) -> None:
     # Settings in the worker see the worker count gunicorn really runs (a -w flag overrides the
-    # environment), so TensorFlow threads are split by the right number: cores / workers.
+    # environment), so TensorFlow threads are split by the right number: usable CPUs / workers.
     os.environ["SPO_WORKERS"] = str(server.cfg.workers)
     intra = settings.intra_op_threads or threads_per_worker(server.cfg.workers)
     server.log.info(
@@ -78,6 +89,10 @@ def post_worker_init(worker: Any) -> None:
         )
         return
     worker.log.info("worker %s ready: model loaded and warmed, RSS %.0f MiB", worker.pid, rss)
+    # The start-up estimate, checked again with the measured RSS against the memory limit.
+    warning = memory_warning(worker.cfg.workers, rss, Machine.probe())
+    if warning:
+        worker.log.warning("worker %s: %s", worker.pid, warning)
     limit = settings.max_worker_rss_mb
     if limit and rss >= 0.9 * limit:
         worker.log.warning(

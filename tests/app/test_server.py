@@ -60,7 +60,7 @@ def test_server_no_jemalloc_when_missing(model_dir: Path, monkeypatch: Any) -> N
 def test_server_serve_reports_bad_settings(model_dir: Path) -> None:
     result = CliRunner().invoke(
         main,
-        ["serve", "--workers", "0"],
+        ["serve", "--workers", "300"],
         env={"SPO_MODEL_DIR": str(model_dir), "SPO_LOG_FORMAT": "xml"},
     )
     assert result.exit_code == 2
@@ -113,6 +113,20 @@ def test_server_serve_check_config(triples_model_dir: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    # The resolved sizing and why (app.sizing), before gunicorn's own check.
+    assert "resolved sizing" in result.stdout
+    assert re.search(r"^  workers: \d+$", result.stdout, re.M)
+    assert "because usable CPUs:" in result.stdout
+    assert "TensorFlow intra-op threads per worker" in result.stdout
+
+
+def test_server_auto_workers_are_sized_again_by_gunicorn(model_dir: Path) -> None:
+    auto = Settings(model_dir=model_dir)
+    assert auto.workers_auto and auto.workers >= 1
+    argv, env = gunicorn_command(auto, environ={"SPO_WORKERS": "auto"})
+    assert "SPO_WORKERS" not in env  # so gunicorn.conf.py logs the reasons, not "set explicitly"
+    assert argv[argv.index("--workers") + 1] == str(auto.workers)
+    assert not Settings(model_dir=model_dir, workers=2).workers_auto
 
 
 # -- deploy/gunicorn.conf.py -----------------------------------------------------------------
@@ -132,7 +146,7 @@ def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_server_gunicorn_conf_from_settings(conf: dict[str, Any]) -> None:
     assert conf["preload_app"] is False
     assert conf["wsgi_app"] == "app:create_app()"
-    assert conf["workers"] == 2 and conf["worker_class"] == "gthread"
+    assert conf["workers"] == 2 and conf["worker_class"] == "app.gunicorn_worker.ThreadWorker"
     assert (conf["max_requests"], conf["max_requests_jitter"]) == (500, 50)
     assert conf["timeout"] >= 60
 

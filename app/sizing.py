@@ -1,0 +1,353 @@
+"""Worker and thread counts that fit the machine or container: the one place that computes them.
+
+A pod limited to 2 CPUs on a 64-core node still sees 64 CPUs in ``os.cpu_count()`` and usually in its
+affinity mask too; starting a worker per visible CPU (each ~0.5-2 GiB) gets it OOM-killed at start and
+its CPU quota throttled. So the usable CPUs are, in order:
+
+1. the CPU quota of this process's cgroup: v2 ``cpu.max`` (``"200000 100000"`` = 2 CPUs, ``"max ..."`` =
+   none), v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (quota ``-1`` = none); the smallest quota on
+   the way from the process's cgroup up to the root wins; a fractional quota is rounded down (1.5 CPUs
+   -> 1: a second busy worker would only be throttled), never below 1;
+2. the affinity mask (``os.sched_getaffinity``; cpusets), when smaller or when there is no quota.
+
+Defaults: workers = usable CPUs; TensorFlow intra-op threads per worker = usable CPUs // workers (at
+least 1), so workers share the cores instead of oversubscribing them.
+
+Memory: the limit is the cgroup's (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) or, without one,
+the machine's RAM. When workers x per-worker RSS would pass it, ``plan`` warns, and when the worker
+count was not set explicitly it *caps* the default at ``floor(limit x 0.9 / per-worker RSS)`` (at least
+1; 10% is left for the gunicorn master, page cache and growth). Before any worker runs, the per-worker
+RSS is estimated from the model's size on disk (``estimate_worker_rss_mib``); each worker measures its
+real RSS after warm-up and ``memory_warning`` repeats the check with that figure.
+
+Every reader takes the cgroup root and the ``/proc/self/cgroup`` path as arguments, so tests run on
+fake trees. The service (``app.settings``, ``deploy/gunicorn.conf.py``, ``spo serve --check-config``),
+the batch command and the benchmarks all call ``plan``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+MIB = 1 << 20
+# cgroup v1 reports "no limit" as a page-rounded 2**63 - 1; anything above this is no limit.
+_V1_UNLIMITED = 1 << 60
+MEMORY_HEADROOM = 0.9
+
+# Per-worker RSS after load and warm-up, a line through two measured points (fp32, one worker, 2 cores):
+# the 16 MiB demo model 888 MiB (TensorFlow, Flask and the warmed shapes' buffers: most of it), the
+# 229 MiB RBT6 benchmark model 1,680-1,850 MiB (BENCHMARKS.md); bf16 keeps a bf16 copy of the weights
+# next to the fp32 ones (RBT6: +1.0 GiB). Only the start-up estimate: each worker measures its own.
+BASE_RSS_MIB = 820.0
+RSS_PER_MODEL_MIB = 4.0
+BF16_EXTRA_PER_MODEL_MIB = 4.3
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A limit and where it was read (``value`` None: no limit there)."""
+
+    value: float | None
+    source: str
+
+
+def affinity_cpus() -> int:
+    """CPUs in this process's affinity mask (cpusets, ``taskset``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _own_cgroups(proc_self_cgroup: Path) -> dict[str, str]:
+    """``/proc/self/cgroup`` as {controller: path}; the v2 unified hierarchy under key ``""``."""
+    text = _read(proc_self_cgroup) or ""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        for controller in controllers.split(",") if controllers else [""]:
+            out[controller] = path
+    return out
+
+
+def _walk_up(base: Path, path: str) -> Iterator[Path]:
+    """``base/path``, then each parent of it up to ``base`` itself (those that exist).
+
+    Inside a container with its own cgroup namespace ``path`` is ``/``; without one the host path
+    may not be mounted, and then ``base`` alone is what the container sees.
+    """
+    rel = Path(path.lstrip("/"))
+    seen: set[Path] = set()
+    for candidate in [base / rel, *(base / p for p in rel.parents)]:
+        if candidate not in seen and candidate.is_dir():
+            seen.add(candidate)
+            yield candidate
+
+
+def cpu_quota(root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP) -> Limit:
+    """The CPU quota of this process's cgroup in CPUs (may be fractional), or no limit."""
+    groups = _own_cgroups(proc_self_cgroup)
+    best: Limit = Limit(None, "no CPU quota")
+    if "" in groups and (root / "cgroup.controllers").is_file():
+        for directory in _walk_up(root, groups[""]):
+            raw = _read(directory / "cpu.max")
+            if raw is None:
+                continue
+            quota, _, period = raw.partition(" ")
+            if quota == "max":
+                continue
+            try:
+                cpus = int(quota) / int(period or "100000")
+            except (ValueError, ZeroDivisionError):
+                continue
+            if cpus > 0 and (best.value is None or cpus < best.value):
+                best = Limit(cpus, f"cgroup v2 {directory / 'cpu.max'} = {raw!r}")
+        return best
+    for controller in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        base = root / controller
+        if not base.is_dir():
+            continue
+        for directory in _walk_up(base, groups.get("cpu", "/")):
+            quota_raw = _read(directory / "cpu.cfs_quota_us")
+            period_raw = _read(directory / "cpu.cfs_period_us")
+            if quota_raw is None or period_raw is None:
+                continue
+            try:
+                quota_us, period_us = int(quota_raw), int(period_raw)
+            except ValueError:
+                continue
+            if quota_us <= 0 or period_us <= 0:
+                continue  # -1: no quota at this level
+            cpus = quota_us / period_us
+            if best.value is None or cpus < best.value:
+                best = Limit(
+                    cpus,
+                    f"cgroup v1 {directory}/cpu.cfs_quota_us = {quota_us} per "
+                    f"cpu.cfs_period_us = {period_us}",
+                )
+        break
+    return best
+
+
+def memory_limit(root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP) -> Limit:
+    """The memory limit of this process's cgroup in bytes, else the machine's RAM."""
+    groups = _own_cgroups(proc_self_cgroup)
+    best: Limit = Limit(None, "no memory limit")
+    if "" in groups and (root / "cgroup.controllers").is_file():
+        for directory in _walk_up(root, groups[""]):
+            raw = _read(directory / "memory.max")
+            if raw is None or raw == "max":
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                continue
+            if best.value is None or value < best.value:
+                best = Limit(value, f"cgroup v2 {directory / 'memory.max'} = {raw}")
+    elif (root / "memory").is_dir():
+        for directory in _walk_up(root / "memory", groups.get("memory", "/")):
+            raw = _read(directory / "memory.limit_in_bytes")
+            try:
+                limit = int(raw) if raw is not None else None
+            except ValueError:
+                limit = None
+            if limit is None or limit >= _V1_UNLIMITED:
+                continue
+            value = limit
+            if best.value is None or value < best.value:
+                best = Limit(value, f"cgroup v1 {directory / 'memory.limit_in_bytes'} = {raw}")
+    ram = physical_memory()
+    if ram is not None and (best.value is None or ram < best.value):
+        best = Limit(ram, "the machine's RAM (no smaller cgroup memory limit)")
+    return best
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What sizing depends on: the affinity mask, the CPU quota and the memory limit."""
+
+    affinity: int
+    quota: Limit
+    memory: Limit
+
+    @classmethod
+    def probe(
+        cls,
+        root: Path = CGROUP_ROOT,
+        proc_self_cgroup: Path = PROC_SELF_CGROUP,
+        affinity: int | None = None,
+    ) -> Machine:
+        return cls(
+            affinity=affinity_cpus() if affinity is None else affinity,
+            quota=cpu_quota(root, proc_self_cgroup),
+            memory=memory_limit(root, proc_self_cgroup),
+        )
+
+    @property
+    def cpus(self) -> int:
+        """Whole CPUs this process may keep busy: min(quota rounded down, affinity), at least 1."""
+        if self.quota.value is None:
+            return self.affinity
+        return max(1, min(self.affinity, math.floor(self.quota.value + 1e-9)))
+
+    @property
+    def cpus_reason(self) -> str:
+        if self.quota.value is None:
+            return f"{self.affinity} CPU(s) in the affinity mask ({self.quota.source})"
+        if self.cpus < self.affinity:
+            return (
+                f"CPU quota {self.quota.value:g} -> {self.cpus} ({self.quota.source}); "
+                f"the affinity mask has {self.affinity}"
+            )
+        return (
+            f"{self.affinity} CPU(s) in the affinity mask, within the CPU quota "
+            f"{self.quota.value:g} ({self.quota.source})"
+        )
+
+
+def intra_op_threads(cpus: int, workers: int) -> int:
+    """TensorFlow intra-op threads per worker so that ``workers`` share ``cpus``: at least 1.
+
+    >>> intra_op_threads(8, 2), intra_op_threads(2, 4)
+    (4, 1)
+    """
+    return max(1, cpus // max(1, workers))
+
+
+def estimate_worker_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
+    """A worker's RSS after load and warm-up, from the model's size on disk (see the constants).
+
+    Used before any worker ran; each worker's measured RSS is checked again by ``memory_warning``.
+    """
+    size = 0
+    for path in Path(model_dir).rglob("*"):
+        try:
+            if path.is_file():
+                size += path.stat().st_size
+        except OSError:
+            continue
+    per_model = RSS_PER_MODEL_MIB + (BF16_EXTRA_PER_MODEL_MIB if precision == "bf16" else 0.0)
+    return BASE_RSS_MIB + per_model * size / MIB
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Resolved counts and why; ``lines()`` is what ``spo serve --check-config`` prints."""
+
+    cpus: int
+    workers: int
+    intra_op_threads: int
+    memory_limit: float | None
+    worker_rss_mib: float | None
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    def lines(self) -> list[str]:
+        out = [
+            f"usable CPUs: {self.cpus}",
+            f"workers: {self.workers}",
+            f"TensorFlow intra-op threads per worker: {self.intra_op_threads}",
+        ]
+        if self.memory_limit is not None:
+            out.append(f"memory limit: {self.memory_limit / MIB:,.0f} MiB")
+        if self.worker_rss_mib is not None:
+            out.append(f"estimated RSS per worker: {self.worker_rss_mib:,.0f} MiB")
+        out += [f"  because {r}" for r in self.reasons]
+        out += [f"WARNING: {w}" for w in self.warnings]
+        return out
+
+
+def plan(
+    machine: Machine,
+    *,
+    workers: int | None = None,
+    intra_op: int | None = None,
+    worker_rss_mib: float | None = None,
+) -> Sizing:
+    """Workers and threads for ``machine``; ``workers`` / ``intra_op`` when set explicitly win.
+
+    >>> m = Machine(affinity=64, quota=Limit(2.0, "test"), memory=Limit(None, "none"))
+    >>> s = plan(m)
+    >>> s.cpus, s.workers, s.intra_op_threads
+    (2, 2, 1)
+    >>> m = Machine(affinity=8, quota=Limit(None, "none"), memory=Limit(4 * 2**30, "test"))
+    >>> s = plan(m, worker_rss_mib=1800)
+    >>> s.workers, s.intra_op_threads, len(s.warnings)
+    (2, 4, 1)
+    """
+    cpus = machine.cpus
+    reasons = [f"usable CPUs: {machine.cpus_reason}"]
+    warnings: list[str] = []
+    limit = machine.memory.value
+    if workers is not None:
+        n = workers
+        reasons.append(f"workers: {workers}, set explicitly (SPO_WORKERS / --workers)")
+    else:
+        n = cpus
+        reasons.append(f"workers: one per usable CPU ({cpus})")
+    if limit is not None and worker_rss_mib:
+        fits = max(1, math.floor(limit * MEMORY_HEADROOM / (worker_rss_mib * MIB)))
+        need = n * worker_rss_mib
+        if n > fits:
+            if workers is None:
+                warnings.append(
+                    f"{n} workers x ~{worker_rss_mib:,.0f} MiB = {need:,.0f} MiB would not fit the "
+                    f"memory limit {limit / MIB:,.0f} MiB ({machine.memory.source}); "
+                    f"capped at {fits} worker(s) (90% of the limit)"
+                )
+                reasons.append(f"workers: capped at {fits} by memory")
+                n = fits
+            else:
+                warnings.append(
+                    f"{n} workers x ~{worker_rss_mib:,.0f} MiB = {need:,.0f} MiB exceed 90% of "
+                    f"the memory limit {limit / MIB:,.0f} MiB ({machine.memory.source}); "
+                    f"expect the OOM killer; {fits} would fit"
+                )
+    if intra_op is not None:
+        threads = intra_op
+        reasons.append(f"intra-op threads: {intra_op}, set explicitly")
+    else:
+        threads = intra_op_threads(cpus, n)
+        reasons.append(f"intra-op threads: usable CPUs // workers = {cpus} // {n}")
+    if n * threads > cpus:
+        warnings.append(
+            f"{n} workers x {threads} intra-op threads = {n * threads} threads on {cpus} usable "
+            "CPU(s): they will contend"
+        )
+    return Sizing(cpus, n, threads, limit, worker_rss_mib, tuple(reasons), tuple(warnings))
+
+
+def memory_warning(workers: int, rss_mib: float, machine: Machine) -> str | None:
+    """A warning when ``workers`` workers of a measured ``rss_mib`` pass 90% of the memory limit."""
+    limit = machine.memory.value
+    if limit is None or workers * rss_mib * MIB <= limit * MEMORY_HEADROOM:
+        return None
+    fits = max(1, math.floor(limit * MEMORY_HEADROOM / (rss_mib * MIB)))
+    return (
+        f"{workers} workers x {rss_mib:,.0f} MiB (measured after warm-up) = "
+        f"{workers * rss_mib:,.0f} MiB exceed 90% of the memory limit {limit / MIB:,.0f} MiB "
+        f"({machine.memory.source}); set SPO_WORKERS={fits} or raise the limit"
+    )

@@ -1,0 +1,173 @@
+"""``app.sizing``: CPU quota and memory limit from fake cgroup v1/v2 trees, and the plan made of them."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import pytest
+
+from app import sizing
+from app.sizing import Limit, Machine, cpu_quota, memory_limit, memory_warning, plan
+
+GIB = 1 << 30
+
+
+def v2_tree(tmp_path: Path, files: dict[str, str], own: str = "/") -> tuple[Path, Path]:
+    """A cgroup v2 mount at ``tmp_path/cg`` and a ``/proc/self/cgroup`` naming ``own``."""
+    root = tmp_path / "cg"
+    root.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(f"0::{own}\n")
+    return root, proc
+
+
+def v1_tree(tmp_path: Path, files: dict[str, str], own: dict[str, str]) -> tuple[Path, Path]:
+    root = tmp_path / "cg"
+    root.mkdir(parents=True)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    proc = tmp_path / "proc-self-cgroup"
+    lines = [f"{i + 1}:{controllers}:{path}" for i, (controllers, path) in enumerate(own.items())]
+    proc.write_text("\n".join(lines) + "\n")
+    return root, proc
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [("200000 100000", 2.0), ("150000 100000", 1.5), ("50000 100000", 0.5), ("max 100000", None)],
+)
+def test_sizing_v2_cpu_max(tmp_path: Path, cpu_max: str, expected: float | None) -> None:
+    root, proc = v2_tree(tmp_path, {"cpu.max": cpu_max})
+    assert cpu_quota(root, proc).value == expected
+
+
+def test_sizing_v2_smallest_quota_on_the_way_up_wins(tmp_path: Path) -> None:
+    root, proc = v2_tree(
+        tmp_path,
+        {"kubepods/cpu.max": "300000 100000", "kubepods/pod1/cpu.max": "max 100000"},
+        own="/kubepods/pod1",
+    )
+    quota = cpu_quota(root, proc)
+    assert quota.value == 3.0
+    assert "kubepods/cpu.max" in quota.source
+
+
+@pytest.mark.parametrize(
+    ("quota_us", "expected"), [("400000", 4.0), ("-1", None), ("garbage", None)]
+)
+def test_sizing_v1_cfs_quota(tmp_path: Path, quota_us: str, expected: float | None) -> None:
+    root, proc = v1_tree(
+        tmp_path,
+        {"cpu,cpuacct/cpu.cfs_quota_us": quota_us, "cpu,cpuacct/cpu.cfs_period_us": "100000"},
+        {"cpu,cpuacct": "/docker/abc"},  # the host path is not mounted in the container
+    )
+    assert cpu_quota(root, proc).value == expected
+
+
+def test_sizing_v1_own_cgroup_below_the_mount(tmp_path: Path) -> None:
+    root, proc = v1_tree(
+        tmp_path,
+        {
+            "cpu/cpu.cfs_quota_us": "-1",
+            "cpu/cpu.cfs_period_us": "100000",
+            "cpu/job/cpu.cfs_quota_us": "250000",
+            "cpu/job/cpu.cfs_period_us": "100000",
+        },
+        {"cpu": "/job", "memory": "/job"},
+    )
+    assert cpu_quota(root, proc).value == 2.5
+
+
+def test_sizing_v2_memory_max(tmp_path: Path) -> None:
+    root, proc = v2_tree(tmp_path, {"memory.max": str(3 * GIB)})
+    assert memory_limit(root, proc).value == min(3 * GIB, sizing.physical_memory() or 3 * GIB)
+    root2, proc2 = v2_tree(tmp_path / "b", {"memory.max": "max"})
+    unlimited = memory_limit(root2, proc2)
+    assert unlimited.value == sizing.physical_memory()
+    assert "RAM" in unlimited.source
+
+
+def test_sizing_v1_memory_unlimited_is_the_machine_ram(tmp_path: Path) -> None:
+    root, proc = v1_tree(
+        tmp_path,
+        {"memory/memory.limit_in_bytes": "9223372036854771712"},
+        {"memory": "/"},
+    )
+    assert memory_limit(root, proc).value == sizing.physical_memory()
+    root2, proc2 = v1_tree(
+        tmp_path / "b", {"memory/job/memory.limit_in_bytes": str(GIB)}, {"memory": "/job"}
+    )
+    assert memory_limit(root2, proc2).value == GIB
+
+
+def test_sizing_no_cgroup_at_all_falls_back_to_the_affinity_mask(tmp_path: Path) -> None:
+    machine = Machine.probe(tmp_path / "none", tmp_path / "none-proc", affinity=6)
+    assert machine.quota.value is None
+    s = plan(machine)
+    assert (s.cpus, s.workers, s.intra_op_threads) == (6, 6, 1)
+    assert "affinity mask" in s.reasons[0]
+
+
+def test_sizing_a_2_cpu_pod_on_a_64_core_node_starts_2_workers(tmp_path: Path) -> None:
+    root, proc = v2_tree(tmp_path, {"cpu.max": "200000 100000", "memory.max": str(8 * GIB)})
+    machine = Machine.probe(root, proc, affinity=64)
+    s = plan(machine, worker_rss_mib=1800)
+    assert (s.cpus, s.workers, s.intra_op_threads) == (2, 2, 1)
+    assert s.warnings == ()
+    assert "CPU quota 2" in "\n".join(s.lines())
+
+
+def test_sizing_fractional_quota_rounds_down_but_never_below_one() -> None:
+    for quota, cpus in ((1.5, 1), (0.25, 1), (3.99, 3)):
+        machine = Machine(8, Limit(quota, "test"), Limit(None, "none"))
+        assert machine.cpus == cpus
+
+
+def test_sizing_memory_caps_the_default_and_warns_on_an_explicit_count() -> None:
+    machine = Machine(16, Limit(None, "none"), Limit(4 * GIB, "cgroup v2 memory.max"))
+    capped = plan(machine, worker_rss_mib=1800)
+    assert capped.workers == 2  # floor(4096 * 0.9 / 1800)
+    assert capped.intra_op_threads == 8
+    assert len(capped.warnings) == 1 and "capped at 2" in capped.warnings[0]
+    explicit = plan(machine, workers=6, worker_rss_mib=1800)
+    assert explicit.workers == 6
+    assert "OOM" in explicit.warnings[0] and "2 would fit" in explicit.warnings[0]
+    tiny = Machine(16, Limit(None, "none"), Limit(GIB, "test"))
+    assert plan(tiny, worker_rss_mib=1800).workers == 1  # never below one
+
+
+def test_sizing_explicit_threads_and_oversubscription_warning() -> None:
+    machine = Machine(4, Limit(None, "none"), Limit(None, "none"))
+    s = plan(machine, workers=4, intra_op=2)
+    assert (s.workers, s.intra_op_threads) == (4, 2)
+    assert any("contend" in w for w in s.warnings)
+
+
+def test_sizing_memory_warning_uses_the_measured_rss() -> None:
+    machine = Machine(4, Limit(None, "none"), Limit(4 * GIB, "test limit"))
+    assert memory_warning(2, 1500, machine) is None
+    warning = memory_warning(4, 1500, machine)
+    assert warning is not None and "SPO_WORKERS=2" in warning and "test limit" in warning
+
+
+def test_sizing_estimate_grows_with_the_model(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "w").write_bytes(b"\0" * 2**20)
+    big = tmp_path / "big"
+    (big / "variables").mkdir(parents=True)
+    (big / "variables" / "w").write_bytes(b"\0" * 50 * 2**20)
+    assert sizing.estimate_worker_rss_mib(big) > sizing.estimate_worker_rss_mib(small)
+    assert sizing.estimate_worker_rss_mib(big, "bf16") > sizing.estimate_worker_rss_mib(big)
+
+
+def test_sizing_doctests() -> None:
+    assert doctest.testmod(sizing).failed == 0
