@@ -420,7 +420,7 @@ def test_api_openapi_reflects_limits_and_codes(client: FlaskClient) -> None:
     assert schemas["Text"]["maxLength"] == 300
     assert schemas["ExtractMany"]["properties"]["texts"]["maxItems"] == 8
     responses = spec["paths"]["/v1/extract"]["post"]["responses"]
-    assert set(responses) == {"200", "400", "413", "415", "422", "500", "503"}
+    assert set(responses) == {"200", "400", "413", "415", "422", "500", "503", "504"}
     assert "securitySchemes" not in spec["components"]
 
 
