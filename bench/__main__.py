@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|percall|peer|threads|http|microbatch|report] [options]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|percall|peer|threads|http|microbatch|limits|report]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -24,6 +24,7 @@ STEPS = (
     "threads",
     "http",
     "microbatch",
+    "limits",
     "report",
 )
 
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--peer-texts", type=int, default=600, help="peer: workload texts per runtime"
+    )
+    parser.add_argument(
+        "--worst-texts",
+        type=int,
+        default=None,
+        help="limits: run only this many texts of the worst-case request (the rest extrapolated)",
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
     args = parser.parse_args(argv)  # fmt: skip
@@ -137,6 +144,10 @@ def main(argv: list[str] | None = None) -> None:
                 parser.error(f"--microbatch-waits: integers, got {args.microbatch_waits!r}")
             microbatch.run(args.seconds, args.requests, waits_ms=waits,
                            workers=args.microbatch_workers)  # fmt: skip
+        elif step == "limits":
+            from bench import limits
+
+            limits.run(worst_texts=args.worst_texts)
         elif step == "report":
             from bench import report
 
