@@ -81,7 +81,7 @@ class Settings:
     max_texts: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_body_bytes: int = 1 << 20
-    max_request_tokens: int = 8192
+    max_request_tokens: int = 4096
     request_timeout: float = 30.0
     rate_limit: str = ""
     rate_burst: int = 20

@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="limits: run only this many texts of the worst-case request (the rest extrapolated)",
     )
+    parser.add_argument(
+        "--limits-repeats", type=int, default=3, help="limits: timed runs per per-token size"
+    )
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
     args = parser.parse_args(argv)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         elif step == "limits":
             from bench import limits
 
-            limits.run(worst_texts=args.worst_texts)
+            limits.run(repeats=args.limits_repeats, worst_texts=args.worst_texts)
         elif step == "report":
             from bench import report
 

@@ -48,7 +48,7 @@ def run(*, repeats: int = 3, worst_texts: int | None = None) -> dict[str, Any]:
     from app import create_app
     from app.settings import Settings
     from app.sizing import Machine, plan
-    from bench.model import model_dirs
+    from bench.rbt6 import model_dirs
     from nlp.pipeline import Extractor
 
     machine = Machine.probe()

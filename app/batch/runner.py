@@ -57,6 +57,7 @@ from app.batch.workers import (
     error_outcome,
 )
 from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
+from app.sizing import Machine, estimate_worker_rss_mib, plan
 from nlp.config import DEFAULT_MAX_TEXT_CHARS, DEFAULT_PRECISION, LoadOptions, load_extractor
 
 logger = logging.getLogger(__name__)
@@ -213,6 +214,19 @@ def run_batch(
     spec = WorkSpec(
         options.load_options(), text_field=options.text_field, record_timeout=options.record_timeout
     )
+    if options.workers and options.load_options().problems() == []:
+        # The memory check of app.sizing: warn before spawning workers that cannot all fit.
+        model_dir = Path(options.model_dir)
+        sizing = plan(
+            Machine.probe(),
+            workers=options.workers,
+            intra_op=spec.options.intra_op_threads,
+            worker_rss_mib=estimate_worker_rss_mib(model_dir, options.precision)
+            if (model_dir / "model.json").is_file()
+            else None,
+        )
+        for warning in sizing.warnings:
+            logger.warning("sizing: %s", warning)
     executor: InlineExecutor | ProcessExecutor
     if options.workers == 0:
         executor = InlineExecutor(factory, spec)

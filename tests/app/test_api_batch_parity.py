@@ -51,8 +51,12 @@ class _Shared:
         self.extractor = extractor
         self.manifest = extractor.manifest
 
-    def extract_batch(self, texts: Sequence[str], *, field: str = "texts") -> list[Extraction]:
-        result: list[Extraction] = self.extractor.extract_batch(texts, field=field)
+    def extract_batch(
+        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
+    ) -> list[Extraction]:
+        result: list[Extraction] = self.extractor.extract_batch(
+            texts, field=field, deadline=deadline
+        )
         return result
 
     def close(self) -> None:

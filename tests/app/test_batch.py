@@ -365,3 +365,18 @@ def test_batch_cli_record_timeout_option(fake_cli: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     bad = fake_cli.invoke(main, ["extract", "-", "--record-timeout", "-1"], input="x\n")
     assert bad.exit_code == 2 and "--record-timeout" in bad.output
+
+
+def test_batch_warns_when_the_workers_do_not_fit_the_memory_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app import sizing
+
+    tiny = sizing.Machine(8, sizing.Limit(None, "none"), sizing.Limit(2**30, "test limit"))
+    monkeypatch.setattr(sizing.Machine, "probe", classmethod(lambda cls, *a, **k: tiny))
+    (tmp_path / "model.json").write_text("{}")
+    path = tmp_path / "in.txt"
+    path.write_text("张三\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="app.batch.runner"):
+        run(tmp_path, [path], workers=2)
+    assert any("test limit" in r.getMessage() and "OOM" in r.getMessage() for r in caplog.records)
