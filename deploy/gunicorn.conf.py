@@ -107,7 +107,7 @@ def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
 def worker_exit(server: Any, worker: Any) -> None:
     # In the worker, after gthread has waited (up to graceful_timeout) for its connections: the
     # micro-batcher, when on, serves what is still pending, logs its counters and stops.
-    batcher = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.microbatch")
-    if batcher is not None:
-        batcher.close(timeout=settings.graceful_timeout)
+    models = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.models")
+    if models is not None:
+        models.close_batchers(timeout=settings.graceful_timeout)
     server.log.info("worker %s exiting after %s requests", worker.pid, getattr(worker, "nr", "?"))
