@@ -69,12 +69,12 @@ def post_worker_init(worker: Any) -> None:
     # Tell the master (app.master) whether the model loaded, now and whenever that changes.
     watch_worker(worker)
     rss = _rss_mib()
-    slot = worker.wsgi.extensions["spo"]
-    if not slot.ready:
+    models = worker.wsgi.extensions["spo.models"]
+    if not models.ready:
         worker.log.warning(
-            "worker %s up without its model (%s): answering 503 and retrying",
+            "worker %s up without all its models (%s): answering 503 and retrying",
             worker.pid,
-            slot.state,
+            ", ".join(f"{m.name} {m.slot.state}" for m in models),
         )
         return
     worker.log.info("worker %s ready: model loaded and warmed, RSS %.0f MiB", worker.pid, rss)
