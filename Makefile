@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ONNX_STAMP := $(VENV)/.installed-onnx
 
 .DEFAULT_GOAL := help
-.PHONY: help venv extra-onnx check format test test-fast serve bench demo-model clean
+.PHONY: help venv extra-onnx check format test test-fast serve bench demo-model ner-model clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,7 +44,8 @@ test: venv $(ONNX_STAMP)  ## the whole test suite, slow and live tests included
 test-fast: venv  ## the suite without slow and live tests
 	$(BIN)/pytest -m "not slow and not live"
 
-serve: venv  ## start the service on models/demo (gunicorn; SPO_* variables configure it)
+serve: venv  ## serve models/demo (triples, the default) and models/ner (entities); SPO_* variables configure it
+	@if [ -z "$$SPO_MODELS$$SPO_MODEL_DIR" ]; then export SPO_MODELS=demo=models/demo,ner=models/ner; fi; \
 	$(BIN)/spo serve
 
 bench: venv $(ONNX_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
@@ -57,6 +58,12 @@ demo-model: venv  ## rebuild models/demo exactly as committed (about 25 min on 2
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
+
+ner-model: venv  ## rebuild models/ner (entities) exactly as committed (about 30 min on 2 busy CPU cores)
+	$(BIN)/spo make-corpus data/train.jsonl --n 48000 --seed 1
+	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 3000 --lr 2e-3 --warmup 200 --dropout 0 --max-minutes 65 --seed 1
+	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
+	$(BIN)/spo evaluate data/heldout.jsonl --model models/ner
 
 clean:  ## remove caches (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -12,8 +12,8 @@ from flask import Flask
 
 from app import api, batch, errors
 from app import logging as app_logging
-from app.microbatch import MicroBatcher
-from app.model_slot import Loader, ModelSlot
+from app.model_slot import Loader
+from app.registry import ModelRegistry
 from app.settings import Settings
 from nlp.config import load_extractor
 
@@ -27,11 +27,14 @@ def create_app(
 ) -> Flask:
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
-    The model is loaded as ``settings.load_mode`` says: ``boot`` loads and warms it before returning,
-    ``background`` starts a thread. A load that fails leaves the app up and unready, retrying with
-    backoff (``app.model_slot``); it never raises here. ``loader`` (given ``settings.load_options()``)
-    replaces ``nlp.config.load_extractor`` in tests. With ``SPO_MICROBATCH_WAIT_MS`` above 0,
-    ``app.extensions["spo.microbatch"]`` holds the worker's ``MicroBatcher`` (``app.microbatch``).
+    Every model of ``settings.model_table`` (``app.registry``) is loaded as ``settings.load_mode``
+    says: ``boot`` loads and warms them before returning, ``background`` starts threads. A load that
+    fails leaves the app up, that model unready and retrying with backoff (``app.model_slot``); it never
+    raises here. ``loader``
+    (given ``settings.load_options(directory)`` for each) replaces ``nlp.config.load_extractor`` in
+    tests. ``app.extensions["spo.models"]`` holds the ``ModelRegistry``, ``app.extensions["spo"]``
+    the default model's slot. With ``SPO_MICROBATCH_WAIT_MS`` above 0 each model has a
+    ``MicroBatcher`` (``app.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.
     """
     if settings is None:
         # In a gunicorn worker: a model directory gone since the start is a load failure to survive.
@@ -43,14 +46,11 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.compact = True  # type: ignore[attr-defined]
     app.extensions["spo.settings"] = settings
-    slot = ModelSlot(retry_max_s=settings.load_retry_max_s)
-    app.extensions["spo"] = slot
-    if settings.microbatch_wait_ms > 0:
-        app.extensions["spo.microbatch"] = MicroBatcher(
-            slot.extract_batch,
-            wait_s=settings.microbatch_wait_ms / 1000,
-            max_texts=settings.microbatch_max_texts,
-        )
+    models = ModelRegistry.from_settings(settings)
+    app.extensions["spo.models"] = models
+    app.extensions["spo"] = models.default.slot
+    if models.default.batcher is not None:
+        app.extensions["spo.microbatch"] = models.default.batcher
 
     app_logging.init_app(app)
     errors.init_app(app)
@@ -62,7 +62,7 @@ def create_app(
     # model in its own workers, so the app's copy loads in the background rather than blocking it.
     in_cli = click.get_current_context(silent=True) is not None
     if settings.load_mode == "background" or in_cli:
-        slot.load_in_background(settings.load_options(), load)
+        models.load_in_background(settings, load)
     else:
-        slot.load_or_retry(settings.load_options(), load)
+        models.load_or_retry(settings, load)
     return app

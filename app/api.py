@@ -1,4 +1,9 @@
-"""HTTP endpoints: ``/v1/extract``, ``/v1/model``, ``/healthz``, ``/readyz``, ``/openapi.json``.
+"""HTTP endpoints: ``/v1/extract``, ``/v1/model``, ``/v1/models``, ``/v1/models/<name>``,
+``/v1/models/<name>/extract``, ``/healthz``, ``/readyz``, ``/openapi.json``.
+
+``/v1/extract`` and ``/v1/model`` are the default model's (the first of ``SPO_MODELS``); the
+``/v1/models/<name>`` routes address one model by name (``app.registry``), and an unknown name is a
+404 ``unknown_model`` that lists the known ones.
 
 The request document is validated here, strictly and completely, before the model sees it: wrong content
 type, undecodable or invalid JSON, unknown fields, wrong types, empty or too many texts each get their own
@@ -22,6 +27,7 @@ from app.microbatch import BatcherClosed, MicroBatcher
 from app.model_slot import ModelNotReady, ModelSlot
 from app.openapi import build_spec
 from app.problems import LOAD_ERROR_CODES
+from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 from nlp.errors import RequestTooLarge
 from nlp.types import Extraction
@@ -44,26 +50,45 @@ def slot() -> ModelSlot:
     return value
 
 
-def _not_ready() -> ApiError:
+def registry() -> ModelRegistry:
+    value: ModelRegistry = current_app.extensions["spo.models"]
+    return value
+
+
+def served(name: str | None = None) -> ServedModel:
+    """The model called ``name`` (the default one for ``None``); 404 ``unknown_model`` otherwise."""
+    models = registry()
+    if name is None:
+        return models.default
+    model = models.get(name)
+    if model is None:
+        raise ApiError(
+            "unknown_model",
+            f"No model is called {name!r}; this service has: {', '.join(models.names)}.",
+        )
+    return model
+
+
+def _not_ready(model: ServedModel) -> ApiError:
     """503 while loading (``model_not_ready``) or after a failed load (the load error's own code)."""
-    model = slot()
-    code = model.error_code
+    what = "The model" if len(registry()) == 1 else f"Model {model.name!r}"
+    code = model.slot.error_code
     if code is None:
         return ApiError(
-            "model_not_ready", "The model is still loading.", headers={"Retry-After": RETRY_AFTER_S}
+            "model_not_ready", f"{what} is still loading.", headers={"Retry-After": RETRY_AFTER_S}
         )
     return ApiError(
         code if code in LOAD_ERROR_CODES else "model_load_error",
-        f"The model failed to load ({code}); this worker retries in the background. "
+        f"{what} failed to load ({code}); this worker retries in the background. "
         "The server log has the reason.",
         headers={"Retry-After": RETRY_AFTER_S},
     )
 
 
-def _model_brief() -> dict[str, str]:
-    extractor = slot().extractor
+def _model_brief(model: ServedModel) -> dict[str, str]:
+    extractor = model.slot.extractor
     if extractor is None:
-        raise _not_ready()
+        raise _not_ready(model)
     summary = extractor.manifest.summary()
     return {"name": summary["name"], "version": summary["version"], "task": summary["task"]}
 
@@ -161,31 +186,24 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
     ], "texts"
 
 
-def batcher() -> MicroBatcher | None:
-    """The worker's micro-batcher; ``None`` when micro-batching is off (the default)."""
-    value: MicroBatcher | None = current_app.extensions.get("spo.microbatch")
-    return value
-
-
-def _extract(texts: Sequence[str], field: str) -> list[Extraction]:
+def _extract(model: ServedModel, texts: Sequence[str], field: str) -> list[Extraction]:
     """Count the request's model tokens (413 over ``SPO_MAX_REQUEST_TOKENS``, before any model call),
-    then run it within ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it, see ``app.errors``)."""
-    model = slot()
+    then run it on ``model`` within ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it)."""
     limits = settings()
     deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
     try:
-        plan = model.plan(texts, field)
+        plan = model.slot.plan(texts, field)
     except ModelNotReady:
-        raise _not_ready() from None
+        raise _not_ready(model) from None
     if limits.max_request_tokens and plan.tokens > limits.max_request_tokens:
         raise RequestTooLarge(plan.tokens, limits.max_request_tokens)
-    combiner = batcher()
+    combiner: MicroBatcher | None = model.batcher
     try:
         if combiner is None:
-            return model.run(plan, deadline)
+            return model.slot.run(plan, deadline)
         return combiner.submit(texts, field, deadline=deadline)
     except ModelNotReady:
-        raise _not_ready() from None
+        raise _not_ready(model) from None
     except BatcherClosed:
         raise ApiError(
             "model_not_ready",
@@ -195,20 +213,47 @@ def _extract(texts: Sequence[str], field: str) -> list[Extraction]:
 
 
 # -- endpoints -----------------------------------------------------------------------------------
+def _extract_response(model: ServedModel) -> Response:
+    texts, field = parse_extract_request(read_json_body(), settings())
+    brief = _model_brief(model)
+    results = _extract(model, texts, field)
+    return jsonify({"model": brief, "results": [r.to_dict() for r in results]})
+
+
+def _summary(model: ServedModel) -> Response:
+    extractor = model.slot.extractor
+    if extractor is None:
+        raise _not_ready(model)
+    return jsonify(extractor.manifest.summary())
+
+
 @bp.post("/v1/extract")
 def extract() -> Response:
-    texts, field = parse_extract_request(read_json_body(), settings())
-    brief = _model_brief()
-    results = _extract(texts, field)
-    return jsonify({"model": brief, "results": [r.to_dict() for r in results]})
+    """The default model's extraction."""
+    return _extract_response(served())
+
+
+@bp.post("/v1/models/<name>/extract")
+def extract_with(name: str) -> Response:
+    model = served(name)
+    return _extract_response(model)
 
 
 @bp.get("/v1/model")
 def model() -> Response:
-    extractor = slot().extractor
-    if extractor is None:
-        raise _not_ready()
-    return jsonify(extractor.manifest.summary())
+    return _summary(served())
+
+
+@bp.get("/v1/models")
+def models() -> Response:
+    """Every model with its state; version, task and labels once it is loaded."""
+    listed = registry()
+    return jsonify({"default": listed.default.name, "models": [m.brief() for m in listed]})
+
+
+@bp.get("/v1/models/<name>")
+def model_named(name: str) -> Response:
+    return _summary(served(name))
 
 
 @bp.get("/healthz")
@@ -219,9 +264,18 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """Readiness: 200 once the model is loaded and every bucket shape warmed, 503 before."""
-    brief = _model_brief()
-    return jsonify({"status": "ready", "model": brief})
+    """Readiness: 200 once every model is loaded and every bucket shape warmed, 503 before."""
+    listed = registry()
+    for model in listed:
+        if not model.slot.ready:
+            raise _not_ready(model)
+    return jsonify(
+        {
+            "status": "ready",
+            "model": _model_brief(listed.default),
+            "models": {m.name: _model_brief(m) for m in listed},
+        }
+    )
 
 
 @bp.get("/openapi.json")

@@ -48,6 +48,7 @@ from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
 
 MODEL_DIR_VAR = "SPO_MODEL_DIR"
+MODELS_VAR = "SPO_MODELS"
 _REPORT_LIMIT = 3000  # bytes of one report line; below PIPE_BUF (4096), so each write is atomic
 
 # The write end of the master's report pipe; set in the master before the first fork and inherited by
@@ -65,6 +66,20 @@ def check_model_dir(model_dir: Path) -> Manifest:
 
 def model_label(manifest: Manifest) -> str:
     return f"{manifest.name} v{manifest.version} ({manifest.directory})"
+
+
+def resolve_models(
+    environ: dict[str, str] | None = None,
+) -> tuple[Path, str | None, list[Manifest]]:
+    """The model directory, the ``SPO_MODELS`` value with every directory resolved (``None`` when
+    ``SPO_MODELS`` is not used) and every model's checked manifest: what a generation is pinned to.
+    ``SettingsError`` / ``SpoError`` name the problem."""
+    settings = Settings.from_env(environ)
+    manifests = [check_model_dir(directory) for _, directory in settings.model_table]
+    pin = None
+    if settings.models:
+        pin = ",".join(f"{name}={directory.resolve()}" for name, directory in settings.models)
+    return settings.model_dir, pin, manifests
 
 
 # -- worker side ---------------------------------------------------------------------------------
@@ -89,27 +104,34 @@ def watch_worker(worker: Any) -> None:
     A worker of a reload's new generation returns (and so starts accepting connections) only once its
     model is ready: until then the old generation serves, and a new worker whose model failed waits
     here until the master retires it, answering no request at all."""
-    slot = getattr(worker, "wsgi", None)
-    slot = getattr(slot, "extensions", {}).get("spo")
-    if slot is None:
+    models = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.models")
+    if models is None:
         return
+    slots = [m.slot for m in models]
 
-    def send(changed: Any) -> None:
-        if changed.ready:
-            summary = changed.extractor.manifest.summary()
-            report("ready", model=summary["name"], version=summary["version"])
-        elif changed.error is not None:
-            error = changed.error
+    # Several models (app.registry): the worker is ready when every one is, failed when any is.
+    def send(_changed: Any = None) -> None:
+        failed = [s for s in slots if s.error is not None and not s.ready]
+        if failed:
+            error = failed[0].error
             detail = (
                 error.message if isinstance(error, SpoError) else f"{type(error).__name__}: {error}"
             )
-            report("failed", code=changed.error_code, detail=detail)
+            report("failed", code=failed[0].error_code, detail=detail)
+        elif all(s.ready for s in slots):
+            summaries = [s.extractor.manifest.summary() for s in slots if s.extractor is not None]
+            report(
+                "ready",
+                model=", ".join(str(x["name"]) for x in summaries),
+                version=", ".join(str(x["version"]) for x in summaries),
+            )
 
-    slot.on_change(send)
-    if slot.state != "loading":
-        send(slot)
+    for slot in slots:
+        slot.on_change(send)
+    if any(s.state != "loading" for s in slots):
+        send()
     if RELOAD_GENERATION:
-        while worker.alive and not slot.ready:
+        while worker.alive and not all(s.ready for s in slots):
             time.sleep(_WAIT_S)
 
 
@@ -124,6 +146,7 @@ class PendingReload:
     previous_dir: Path
     label: str
     started: float = field(default_factory=time.monotonic)
+    previous_models: str | None = None
 
 
 class SpoArbiter(Arbiter):  # type: ignore[misc]
@@ -139,6 +162,12 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         # SPO_MODEL_DIR as given (a symlink is resolved again on each reload), and as resolved now.
         self.model_var = os.environ.get(MODEL_DIR_VAR)
         self.model_dir = Settings.from_env().model_dir
+        # SPO_MODELS likewise: as given, and pinned (every directory resolved) for the generation.
+        self.models_var = os.environ.get(MODELS_VAR)
+        settings = Settings.from_env()
+        self.models_pin = (
+            ",".join(f"{n}={d.resolve()}" for n, d in settings.models) if settings.models else None
+        )
         self.ever_ready = False
         self.states: dict[int, dict[str, Any]] = {}
         self.pending: PendingReload | None = None
@@ -146,15 +175,20 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
 
     # Each worker loads the directory its generation was started with.
     def spawn_worker(self) -> int:
-        saved = os.environ.get(MODEL_DIR_VAR)
-        os.environ[MODEL_DIR_VAR] = str(self.model_dir)
+        var, value = (
+            (MODELS_VAR, self.models_pin)
+            if self.models_pin is not None
+            else (MODEL_DIR_VAR, str(self.model_dir))
+        )
+        saved = os.environ.get(var)
+        os.environ[var] = value
         try:
             pid: int = super().spawn_worker()
         finally:
             if saved is None:
-                os.environ.pop(MODEL_DIR_VAR, None)
+                os.environ.pop(var, None)
             else:
-                os.environ[MODEL_DIR_VAR] = saved
+                os.environ[var] = saved
         return pid
 
     def reload(self) -> None:
@@ -169,9 +203,10 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         env = dict(os.environ)
         if self.model_var is not None:
             env[MODEL_DIR_VAR] = self.model_var
+        if self.models_var is not None:
+            env[MODELS_VAR] = self.models_var
         try:
-            model_dir = Settings.from_env(env).model_dir
-            manifest = check_model_dir(model_dir)
+            model_dir, models_pin, manifests = resolve_models(env)
         except (SettingsError, SpoError) as exc:
             reason = exc.message if isinstance(exc, SpoError) else str(exc)
             self.log.error(
@@ -184,7 +219,8 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         self.log.reopen_files()
         old = set(self.WORKERS)
         previous, self.model_dir = self.model_dir, model_dir
-        label = model_label(manifest)
+        previous_models, self.models_pin = self.models_pin, models_pin
+        label = ", ".join(model_label(m) for m in manifests)
         self.log.info(
             "reload: starting %d workers on %s; the %d old workers serve until they are ready",
             self.num_workers,
@@ -197,7 +233,9 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             new = {self.spawn_worker() for _ in range(self.num_workers)}
         finally:
             RELOAD_GENERATION = False
-        self.pending = PendingReload(old, new, model_dir, previous, label)
+        self.pending = PendingReload(
+            old, new, model_dir, previous, label, previous_models=previous_models
+        )
 
     def manage_workers(self) -> None:
         """gunicorn's, except that during a reload both generations run (nothing is spawned or stopped
@@ -266,6 +304,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
                 self.retiring.add(pid)
         self._retire(pending.new)
         self.model_dir = pending.previous_dir
+        self.models_pin = pending.previous_models
         self.pending = None
         self.log.error(
             "reload failed after %.1fs: %s cannot be served (%s); the new workers are stopped and "

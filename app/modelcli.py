@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 
 from app.options import precision_option
-from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB
-from training.config import TrainConfig
+from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR, DEMO_VOCAB
+from training.config import TASKS, TrainConfig
 
 
 @click.command("make-corpus")
@@ -41,10 +41,18 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.command("train")
 @click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
+    "--task",
+    type=click.Choice(TASKS),
+    default=TrainConfig.task,
+    show_default=True,
+    help="triples: GPLinker on the records' triples; entities: typed GlobalPointer NER on their "
+    "entity mentions.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=DEMO_MODEL_DIR,
-    show_default=True,
+    default=None,
+    help="Model directory to write [default: models/demo, or models/ner with --task entities].",
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
 @click.option(
@@ -77,7 +85,8 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
 def train_command(
     train_path: Path,
-    out: Path,
+    task: str,
+    out: Path | None,
     epochs: int,
     batch_size: int,
     lr: float,
@@ -87,9 +96,11 @@ def train_command(
     max_minutes: float,
     seed: int,
 ) -> None:
-    """Train a GPLinker model (random init, demo encoder) on TRAIN_PATH and export it to --out."""
+    """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out."""
     from training.train import train
 
+    if out is None:
+        out = DEMO_NER_MODEL_DIR if task == "entities" else DEMO_MODEL_DIR
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = train(
         TrainConfig(
@@ -103,6 +114,7 @@ def train_command(
             dropout=dropout,
             max_minutes=max_minutes,
             seed=seed,
+            task=task,
         )
     )
     click.echo(f"model written to {result}")
@@ -127,7 +139,8 @@ def train_command(
 def evaluate_command(
     data_path: Path, model_dir: Path, errors_path: Path | None, precision: str
 ) -> None:
-    """Micro precision / recall / F1 of exact (subject, predicate, object) triples on DATA_PATH."""
+    """Micro precision / recall / F1 on DATA_PATH: exact (subject, predicate, object) triples for a
+    triples model, exact entities (span and type) for an entities model."""
     from nlp.errors import ModelLoadError
     from training.evaluate import evaluate
 

@@ -210,12 +210,54 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    schemas["ModelListing"] = {
+        "type": "object",
+        "required": ["default", "models"],
+        "additionalProperties": False,
+        "properties": {
+            "default": {"type": "string", "description": "the model /v1/extract runs"},
+            "models": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "state", "version", "task", "labels"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "description": "its name in URLs"},
+                        "state": {"type": "string", "enum": ["loading", "ready", "failed"]},
+                        "version": {"type": "string", "nullable": True},
+                        "task": {
+                            "type": "string",
+                            "enum": ["triples", "entities"],
+                            "nullable": True,
+                        },
+                        "labels": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "nullable": True,
+                            "description": "predicates (triples) or entity types (entities); "
+                            "null until loaded",
+                        },
+                    },
+                },
+            },
+        },
+    }
+    names = [name for name, _ in settings.model_table]
+    model_name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "description": f"a model of this service (GET /v1/models); the default is {names[0]}",
+        "schema": {"type": "string", "enum": names},
+    }
     auth = ("unauthorized",) if settings.auth_enabled else ()
     paths: dict[str, Any] = {
         "/v1/extract": {
             "post": {
                 "operationId": "extract",
-                "summary": "Entities and (subject, predicate, object) triples of one text or many",
+                "summary": "Entities and (subject, predicate, object) triples of one text or many, "
+                "by the default model",
                 "requestBody": {
                     "required": True,
                     "description": f"At most {settings.max_body_bytes} bytes of UTF-8 JSON.",
@@ -255,6 +297,27 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 },
             }
         },
+        "/v1/models": {
+            "get": {
+                "operationId": "models",
+                "summary": "Every model of the service: name, state, version, task, labels",
+                "responses": {
+                    "200": _ok("The models, the default first", _ref("ModelListing")),
+                    **_problems(*auth, *_ALWAYS),
+                },
+            }
+        },
+        "/v1/models/{name}": {
+            "get": {
+                "operationId": "model_named",
+                "summary": "One model: task, predicates or entity types, buckets, limits",
+                "parameters": [model_name],
+                "responses": {
+                    "200": _ok("The model summary", _ref("ModelSummary")),
+                    **_problems(*auth, "unknown_model", *_ALWAYS, *_NOT_READY),
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "operationId": "healthz",
@@ -285,6 +348,11 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                             "properties": {
                                 "status": {"type": "string", "enum": ["ready"]},
                                 "model": _ref("ModelBrief"),
+                                "models": {
+                                    "type": "object",
+                                    "description": "every model by name",
+                                    "additionalProperties": _ref("ModelBrief"),
+                                },
                             },
                         },
                     ),
@@ -325,9 +393,20 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    # The named extract is the default one's operation with a model name and its 404.
+    named_extract = dict(paths["/v1/extract"]["post"])
+    named_responses = dict(named_extract["responses"])
+    named_responses.update(_problems("unknown_model"))
+    named_extract.update(
+        operationId="extract_with",
+        summary="Entities and triples of one text or many, by the named model",
+        parameters=[model_name],
+        responses=named_responses,
+    )
+    paths["/v1/models/{name}/extract"] = {"post": named_extract}
     if settings.auth_enabled:
         spec["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-        for path in ("/v1/extract", "/v1/model"):
+        for path in [p for p in paths if p.startswith("/v1/")]:
             for operation in paths[path].values():
                 operation["security"] = [{"bearer": []}]
     return spec

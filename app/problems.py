@@ -39,6 +39,7 @@ CATALOGUE: dict[str, Problem] = {
         Problem("bad_request", 400, "the HTTP request itself is malformed"),
         Problem("unauthorized", 401, "a valid bearer token is required"),
         Problem("not_found", 404, "no such endpoint"),
+        Problem("unknown_model", 404, "no model of this service has that name (the detail lists them)"),
         Problem("method_not_allowed", 405, "the endpoint does not accept this method (see Allow)"),
         Problem("body_too_large", 413, "the body is over the size limit"),
         Problem("request_too_large", 413, "the texts need more model tokens than SPO_MAX_REQUEST_TOKENS (limit and tokens members)"),

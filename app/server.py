@@ -186,10 +186,12 @@ def serve(
         )
     # The model is checked here, without TensorFlow, so a bad one fails at once with its reason
     # (what only TensorFlow can find fails the first worker, which halts the server: app.master).
-    try:
-        manifest = check_model_dir(settings.model_dir)
-    except SpoError as exc:
-        raise click.ClickException(f"cannot serve {settings.model_dir}: {exc.message}") from None
+    checked = []
+    for name, directory in settings.model_table:
+        try:
+            checked.append(((name, directory), check_model_dir(directory)))
+        except SpoError as exc:
+            raise click.ClickException(f"cannot serve {directory}: {exc.message}") from None
     address = nginx_listen if nginx_listen is not None else settings.bind
     pid_file = settings.pid_file or default_pid_file(address)
     extra = list(gunicorn_args)
@@ -208,8 +210,8 @@ def serve(
         sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, env))
     argv, child_env = gunicorn_command(settings, extra, env, pid_file=pid_file)
     click.echo(
-        f"spo serve: {manifest.name} v{manifest.version} from {settings.model_dir} on "
-        f"{settings.bind}, {settings.workers} worker(s)"
+        f"spo serve: {', '.join(f'{n}={m.name} v{m.version} from {d}' for (n, d), m in checked)} "
+        f"on {settings.bind}, {settings.workers} worker(s)"
         f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}; "
         f"pid file {pid_file}",
         err=True,

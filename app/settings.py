@@ -12,6 +12,10 @@ app.settings.SettingsError: invalid settings:
   SPO_WORKERS: expected an integer, got 'two'
   SPO_MODEL_DIR: not a directory: /nowhere
   SPO_MAX_TEXTS: must be between 1 and 10000, got 0
+
+Several models: ``SPO_MODELS=ner=models/ner,demo=models/demo`` serves each under its name (the first is
+the default, run by ``/v1/extract``); ``SPO_MODEL_DIR`` is the one-model shorthand, its name the
+directory's base name. ``Settings.model_table`` is the resolved list either way.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,8 @@ LOAD_MODES = ("boot", "background")
 _BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
 _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
+# A model name is a URL path segment (/v1/models/<name>/extract) and a CLI argument.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def cpu_count() -> int:
@@ -75,6 +81,7 @@ class Settings:
     """Everything the service can be told. Defaults are the production defaults."""
 
     model_dir: Path = DEFAULT_MODEL_DIR
+    models: tuple[tuple[str, Path], ...] = ()
     load_mode: str = "boot"
     load_retry_max_s: int = 30
     precision: str = DEFAULT_PRECISION
@@ -109,6 +116,7 @@ class Settings:
 
     def __post_init__(self, require_model: bool) -> None:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
+        object.__setattr__(self, "models", tuple((n, Path(d)) for n, d in self.models))
         object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
         object.__setattr__(self, "_auto_workers", self.workers == 0)
         if self.workers == 0:
@@ -144,14 +152,40 @@ class Settings:
             return self.intra_op_threads
         return threads_per_worker(self.workers)
 
-    def load_options(self) -> LoadOptions:
-        """How each worker loads the model (``nlp.config.load_extractor``)."""
+    def load_options(self, model_dir: Path | None = None) -> LoadOptions:
+        """How each worker loads a model (``nlp.config.load_extractor``): ``model_dir``, one of
+        ``model_table``'s, or ``SPO_MODEL_DIR``."""
         return LoadOptions(
-            self.model_dir,
+            model_dir or self.model_dir,
             precision=self.precision,
             intra_op_threads=self.tf_intra_op_threads,
             inter_op_threads=self.inter_op_threads,
             max_text_chars=self.max_text_chars,
+        )
+
+    @property
+    def model_table(self) -> tuple[tuple[str, Path], ...]:
+        """``(name, directory)`` of every model served, the default first: ``SPO_MODELS``, or the one
+        model of ``SPO_MODEL_DIR`` named after its directory."""
+        return self.models or ((self.model_dir.name or "model", self.model_dir),)
+
+    @property
+    def default_model(self) -> str:
+        return self.model_table[0][0]
+
+    def resolve_model(self, ref: str | None) -> tuple[str, Path]:
+        """``(name, directory)`` of a served model's NAME, or of a model directory DIR (named after
+        it); ``None`` is the default model. ``ValueError`` names the known models otherwise."""
+        if ref is None:
+            return self.model_table[0]
+        table = dict(self.model_table)
+        if ref in table:
+            return ref, table[ref]
+        path = Path(ref).expanduser()
+        if path.is_dir():
+            return path.resolve().name or "model", path.resolve()
+        raise ValueError(
+            f"{ref!r} is neither a model name ({', '.join(table)}) nor a model directory"
         )
 
     @property
@@ -181,12 +215,26 @@ class Settings:
             if getattr(self, name) not in choices:
                 bad(name, f"must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
 
-        if require_model:
-            if not self.model_dir.is_dir():
-                hint = " (build it: make demo-model)" if self.model_dir == DEFAULT_MODEL_DIR else ""
-                bad("model_dir", f"not a directory: {self.model_dir}{hint}")
-            elif not (self.model_dir / "model.json").is_file():
-                bad("model_dir", f"no model.json in {self.model_dir}")
+        if self.models:
+            if self.model_dir != DEFAULT_MODEL_DIR:
+                bad("models", "set SPO_MODELS or SPO_MODEL_DIR (its one-model shorthand), not both")
+            names = [name for name, _ in self.models]
+            for name, directory in self.models:
+                if not _MODEL_NAME.match(name):
+                    bad(
+                        "models",
+                        f"model name {name!r} must be 1-64 of [A-Za-z0-9._-], starting with a "
+                        "letter or digit",
+                    )
+                elif names.count(name) > 1:
+                    bad("models", f"model name {name!r} is given twice")
+                problem = _model_dir_problem(directory) if require_model else None
+                if problem:
+                    bad("models", f"{name}: {problem}")
+        elif require_model:
+            problem = _model_dir_problem(self.model_dir)
+            if problem:
+                bad("model_dir", problem)
         one_of("load_mode", LOAD_MODES)
         in_range("load_retry_max_s", 1, 3600)
         one_of("precision", tuple(PRECISIONS))
@@ -236,13 +284,22 @@ class Settings:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, require_model: bool = True
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        require_model: bool = True,
+        only: Collection[str] | None = None,
     ) -> Settings:
-        """Settings from ``SPO_*`` variables (``os.environ`` by default); every bad one reported at once."""
+        """Settings from ``SPO_*`` variables (``os.environ`` by default); every bad one reported at once.
+
+        ``only`` reads just those fields (the others keep their defaults): ``spo extract`` reads the
+        model table (``model_dir``, ``models``) and nothing of the server's."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         problems: list[str] = []
         for name, (parse, _help) in FIELDS.items():
+            if only is not None and name not in only:
+                continue
             var = PREFIX + name.upper()
             raw = env.get(var)
             if raw is None or raw.strip() == "":
@@ -254,7 +311,7 @@ class Settings:
         unknown = sorted(
             k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in FIELDS
         )
-        if unknown:
+        if unknown and only is None:
             logger.warning("ignoring unknown variables (typo?): %s", ", ".join(unknown))
         # Fields that parsed are still validated, so one run reports parse and range problems together.
         try:
@@ -266,6 +323,39 @@ class Settings:
         if problems:
             raise SettingsError(problems)
         return settings
+
+
+def _model_dir_problem(directory: Path) -> str | None:
+    if not directory.is_dir():
+        hint = " (build it: make demo-model)" if directory == DEFAULT_MODEL_DIR else ""
+        return f"not a directory: {directory}{hint}"
+    if not (directory / "model.json").is_file():
+        return f"no model.json in {directory}"
+    return None
+
+
+def _models(raw: str) -> tuple[tuple[str, Path], ...]:
+    """``NAME=DIR`` entries separated by commas; a bare ``DIR`` is named after its directory.
+
+    >>> [(n, p.name) for n, p in _models("ner=models/ner, models/demo")]
+    [('ner', 'ner'), ('demo', 'demo')]
+    """
+    out = []
+    for entry in raw.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, sep, where = entry.partition("=")
+        if not sep:
+            name, where = "", entry
+        name, where = name.strip(), where.strip()
+        if not where:
+            raise ValueError(f"entry {entry!r} names no directory (expected NAME=DIR)")
+        path = _path(where)
+        out.append((name if sep else path.name, path))
+    if not out:
+        raise ValueError("expected NAME=DIR entries separated by commas")
+    return tuple(out)
 
 
 def _int(raw: str) -> int:
@@ -327,6 +417,10 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "model_dir": (
         _path,
         "model directory (SavedModel + model.json, or one from spo export-onnx); default models/demo",
+    ),
+    "models": (
+        _models,
+        "several models, NAME=DIR,NAME=DIR (the first is the default); replaces SPO_MODEL_DIR",
     ),
     "load_mode": (
         _lower,

@@ -80,12 +80,12 @@ def post_worker_init(worker: Any) -> None:
     # Tell the master (app.master) whether the model loaded, now and whenever that changes.
     watch_worker(worker)
     rss = _rss_mib()
-    slot = worker.wsgi.extensions["spo"]
-    if not slot.ready:
+    models = worker.wsgi.extensions["spo.models"]
+    if not models.ready:
         worker.log.warning(
-            "worker %s up without its model (%s): answering 503 and retrying",
+            "worker %s up without all its models (%s): answering 503 and retrying",
             worker.pid,
-            slot.state,
+            ", ".join(f"{m.name} {m.slot.state}" for m in models),
         )
         return
     worker.log.info("worker %s ready: model loaded and warmed, RSS %.0f MiB", worker.pid, rss)
@@ -122,7 +122,7 @@ def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
 def worker_exit(server: Any, worker: Any) -> None:
     # In the worker, after gthread has waited (up to graceful_timeout) for its connections: the
     # micro-batcher, when on, serves what is still pending, logs its counters and stops.
-    batcher = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.microbatch")
-    if batcher is not None:
-        batcher.close(timeout=settings.graceful_timeout)
+    models = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.models")
+    if models is not None:
+        models.close_batchers(timeout=settings.graceful_timeout)
     server.log.info("worker %s exiting after %s requests", worker.pid, getattr(worker, "nr", "?"))

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEMO_MODEL_DIR = PROJECT_ROOT / "models" / "demo"
+DEMO_NER_MODEL_DIR = PROJECT_ROOT / "models" / "ner"
 DEMO_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
 
 # The most characters in one text, unless configured otherwise (REST, batch and library alike).

@@ -26,10 +26,15 @@ DEMO_BERT_CONFIG: dict[str, Any] = {
 }
 
 
+TASKS = ("triples", "entities")
+
+
 @dataclass
 class TrainConfig:
     """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety
-    net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder)."""
+    net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder). ``task``:
+    ``triples`` (GPLinker) or ``entities`` (typed GlobalPointer NER); ``name`` ``None`` is ``demo``
+    or ``ner`` by task."""
 
     train_path: Path
     out_dir: Path
@@ -44,6 +49,7 @@ class TrainConfig:
     max_length: int = 128
     head_size: int = 64
     seed: int = 1
-    name: str = "demo"
+    task: str = "triples"
+    name: str | None = None
     version: str = "1"
     bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))

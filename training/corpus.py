@@ -6,8 +6,11 @@ title lists for the rest. Deterministic from a seed. Two splits draw from disjoi
 open-class name - person, title, company, school - is assigned to a split by a stable hash), so a
 held-out set never shows a name seen in training.
 
-Records are JSON lines ``{"text": ..., "triples": [[subject, predicate, object], ...]}``, written by
-``spo make-corpus`` (``app/modelcli.py``)::
+Records are JSON lines ``{"text": ..., "triples": [[subject, predicate, object], ...], "entities":
+[[name, type], ...]}``, written by ``spo make-corpus`` (``app/modelcli.py``); ``entities`` names every
+typed mention the generator placed (triple arguments, and the people, places, works and organisations
+of sentences that state no relation), typed with ``training.schema.ENTITY_TYPES``, the labels of the
+NER demo model::
 
     spo make-corpus data/train.jsonl --n 20000 --seed 1
     spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
@@ -35,7 +38,7 @@ from typing import ClassVar
 
 from faker import Faker
 
-from training.schema import PREDICATES, SCHEMA, SPOUSE_INVERSE
+from training.schema import PREDICATES, SCHEMA, SPOUSE_INVERSE, triple_entities
 from training.wordlists import (
     ALBUM_EXTRA,
     CLOSERS,
@@ -93,11 +96,33 @@ class Person:
 class Record:
     text: str
     triples: list[tuple[str, str, str]] = field(default_factory=list)
+    entities: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(
-            {"text": self.text, "triples": [list(t) for t in self.triples]}, ensure_ascii=False
+            {
+                "text": self.text,
+                "triples": [list(t) for t in self.triples],
+                "entities": [list(e) for e in self.entities],
+            },
+            ensure_ascii=False,
         )
+
+
+# The entity type of each slot of the NEGATIVES templates.
+_NEGATIVE_SLOT_TYPES = {
+    "P": "人物",
+    "P2": "人物",
+    "CITY": "地点",
+    "CTRY": "地点",
+    "BOOK": "作品",
+    "BOOK2": "作品",
+    "FILM": "作品",
+    "SONG": "作品",
+    "COM": "机构",
+    "COM2": "机构",
+    "SCH": "机构",
+}
 
 
 WORK_PRONOUNS = {
@@ -131,6 +156,9 @@ class CorpusGenerator:
         self.fake = Faker("zh_CN")
         self.fake.seed_instance(seed)
         self.genders: dict[str, bool] = {}
+        # Typed names placed outside triples (decorations, sentences without relations); recording
+        # them draws nothing, so the texts and triples of a seed do not depend on it.
+        self._mentions: list[tuple[str, str]] = []
 
     # ---- entities ---------------------------------------------------------------------------
     def _draw(self, make: Callable[[], str]) -> str:
@@ -366,6 +394,11 @@ class CorpusGenerator:
         values["s"] = subject
         values["o"] = objects[0]
         values["os"] = self._join(objects)
+        used = template + (values["~"] if "{~}" in template else "")
+        if "{city}" in used:
+            self._mentions.append((values["city"], "地点"))
+        if "{year}年" in used:
+            self._mentions.append((values["year"] + "年", "日期"))
         values["~"] = _SLOT.sub(lambda m: values[m.group(1)], values["~"])
         text = _SLOT.sub(lambda m: values[m.group(1)], template)
         triples: list[tuple[str, str, str]] = []
@@ -567,6 +600,9 @@ class CorpusGenerator:
             "n": str(r.randint(2, 40)),
             "n2": str(r.randint(0, 5)),
         }
+        for slot in _SLOT.findall(template):
+            if slot in _NEGATIVE_SLOT_TYPES:
+                self._mentions.append((values[slot], _NEGATIVE_SLOT_TYPES[slot]))
         return Record(_SLOT.sub(lambda m: values[m.group(1)], template), [])
 
     def _compound(self) -> Record:
@@ -598,10 +634,15 @@ class CorpusGenerator:
     def record(self) -> Record:
         r = self.rng
         for _ in range(50):
+            self._mentions = []
             rec = self._body()
             text = rec.text
             if rec.triples and r.random() < 0.3:
-                opener = r.choice(OPENERS).format(year=r.randint(1990, 2023))
+                pattern = r.choice(OPENERS)
+                year = r.randint(1990, 2023)
+                opener = pattern.format(year=year)
+                if "{year}年" in pattern:
+                    self._mentions.append((f"{year}年", "日期"))
                 closer = r.choice(CLOSERS)
                 if text.endswith("。") and closer:
                     text = text[:-1] + closer + "。"
@@ -609,7 +650,13 @@ class CorpusGenerator:
             if r.random() < 0.12:
                 # Titles also appear without 《》 in everyday writing.
                 text = text.replace("《", "").replace("》", "")
-            rec = Record(text, _dedupe(rec.triples))
+            triples = _dedupe(rec.triples)
+            # Names of discarded clauses may be recorded too: keep only those in the text.
+            named = dict(triple_entities(triples))
+            for name, type_ in self._mentions:
+                if name in text:
+                    named.setdefault(name, type_)
+            rec = Record(text, triples, list(named.items()))
             if _valid(rec):
                 return rec
         raise RuntimeError("could not generate a valid record")

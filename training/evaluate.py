@@ -1,8 +1,14 @@
-"""Micro precision / recall / F1 of exact triples (subject text, predicate, object text).
+"""Micro precision / recall / F1: exact triples for a ``triples`` model, exact entities for an
+``entities`` model.
 
 Scores what the server would answer: the model directory is loaded with ``nlp.pipeline.Extractor``
 (same tokenizer, windows, buckets and decoding as the service). Records are JSON lines
-``{"text": ..., "triples": [[subject, predicate, object], ...]}``.
+``{"text": ..., "triples": [[subject, predicate, object], ...], "entities": [[name, type], ...]}``.
+
+A triple counts when (subject text, predicate, object text) matches. An entity counts when its
+character span and type match a gold entity: the gold entities of a record are every occurrence of
+each named entity (``training.schema.entity_spans``; without ``entities``, the typed arguments of
+its triples), so the score is entity-level, by position.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TripleKey = tuple[str, str, str]
+EntityKey = tuple[int, int, str]
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class Scores:
         }
 
 
-def score(predicted: Iterable[set[TripleKey]], gold: Iterable[set[TripleKey]]) -> Scores:
+def score(predicted: Iterable[set[Any]], gold: Iterable[set[Any]]) -> Scores:
     """Micro scores over paired per-record triple sets.
 
     >>> score([{("a", "p", "b")}], [{("a", "p", "b"), ("a", "q", "c")}]).to_dict()["recall"]
@@ -72,6 +79,28 @@ def gold_triples(record: dict[str, Any]) -> set[TripleKey]:
     return {(str(s), str(p), str(o)) for s, p, o in record.get("triples", [])}
 
 
+def gold_entities(record: dict[str, Any]) -> set[EntityKey]:
+    """``(start, end, type)`` of every mention of the record's named entities.
+
+    >>> sorted(gold_entities({"text": "张三生于北京。", "entities": [["北京", "地点"], ["张三", "人物"]]}))
+    [(0, 2, '人物'), (4, 6, '地点')]
+    """
+    from training.schema import entity_spans, triple_entities
+
+    named = record.get("entities")
+    if named is None:
+        named = triple_entities([(str(s), str(p), str(o)) for s, p, o in record.get("triples", [])])
+    return set(entity_spans(record["text"], [(str(n), str(t)) for n, t in named]))
+
+
+def predict_entities(extractor: Any, texts: Sequence[str], batch: int = 64) -> list[set[EntityKey]]:
+    out: list[set[EntityKey]] = []
+    for k in range(0, len(texts), batch):
+        for extraction in extractor.extract_batch(list(texts[k : k + batch])):
+            out.append({(e.span.start, e.span.end, e.type) for e in extraction.entities})
+    return out
+
+
 def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> list[set[TripleKey]]:
     out: list[set[TripleKey]] = []
     for k in range(0, len(texts), batch):
@@ -85,20 +114,37 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
 def evaluate(
     model_dir: str | Path, data_path: str | Path, *, precision: str = "fp32"
 ) -> tuple[Scores, list[dict[str, Any]]]:
-    """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection)."""
+    """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection).
+
+    The model's task decides what is scored: triples, or entities (errors then list
+    ``[start, end, type, text]``)."""
     from nlp.pipeline import Extractor
 
     records = read_records(Path(data_path))
     extractor = Extractor.load(model_dir, precision=precision)
-    predicted = predict_triples(extractor, [r["text"] for r in records])
-    gold = [gold_triples(r) for r in records]
+    texts = [r["text"] for r in records]
+    predicted: list[set[Any]]
+    gold: list[set[Any]]
+    if extractor.manifest.task == "entities":
+        predicted = list(predict_entities(extractor, texts))
+        gold = [gold_entities(r) for r in records]
+    else:
+        predicted = list(predict_triples(extractor, texts))
+        gold = [gold_triples(r) for r in records]
+
+    def shown(items: set[Any], text: str) -> list[Any]:
+        if extractor.manifest.task == "entities":
+            return [[s, e, t, text[s:e]] for s, e, t in sorted(items)]
+        return sorted(items)
+
     errors = [
         {
             "text": r["text"],
-            "missed": sorted(g - p),
-            "spurious": sorted(p - g),
+            "missed": shown(g - p, r["text"]),
+            "spurious": shown(p - g, r["text"]),
         }
         for r, p, g in zip(records, predicted, gold, strict=True)
         if p != g
     ]
+    extractor.close()
     return score(predicted, gold), errors

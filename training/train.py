@@ -1,8 +1,11 @@
-"""Train a GPLinker triples model (bert4keras, random init) and write a model directory.
+"""Train a GPLinker triples model or a GlobalPointer NER model (bert4keras, random init) and write a
+model directory.
 
-The recipe is the bert4keras GPLinker example: one entity GlobalPointer (subject, object), two
+Task ``triples`` is the bert4keras GPLinker example: one entity GlobalPointer (subject, object), two
 predicate GlobalPointers (head-head, tail-tail), trained with the sparse multilabel categorical
-crossentropy on all three outputs. Labels are aligned to the token offsets of ``nlp.tokenization``,
+crossentropy on all three outputs. Task ``entities`` is a typed GlobalPointer (one head per entity
+type of ``training.schema.ENTITY_TYPES``) trained with the same loss on the corpus's entity mentions
+(every occurrence of each named entity). Labels are aligned to the token offsets of ``nlp.tokenization``,
 the same tokenizer the server uses. Inputs come in a few fixed lengths so the graph is traced a few
 times only. With ``max_steps`` the run is exactly that many steps (the learning-rate schedule spans
 them and epochs repeat as needed), so a rerun with the same seed does the same work on any machine;
@@ -11,6 +14,7 @@ without it, training runs ``epochs``. ``max_minutes`` is only a safety net (``st
 the command line is ``spo train`` (``app/modelcli.py``)::
 
     spo train data/train.jsonl --out models/demo --max-steps 3000 --seed 1
+    spo train data/train.jsonl --task entities --out models/ner --max-steps 1200 --seed 1
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +33,8 @@ import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.config import PROJECT_ROOT
 from nlp.manifest import manifest_document, sha256_file
 from nlp.tokenization import Tokenizer
-from training.config import TrainConfig
-from training.schema import schema_documents
+from training.config import TASKS, TrainConfig
+from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +45,13 @@ MAX_PAIR_LABELS = 8
 
 @dataclass
 class Example:
+    """Token ids and label sets: ``entity`` per role (triples) or per entity type (entities);
+    ``head``/``tail`` per predicate, empty for the entities task."""
+
     token_ids: list[int]
     entity: list[set[tuple[int, int]]]
-    head: list[set[tuple[int, int]]]
-    tail: list[set[tuple[int, int]]]
+    head: list[set[tuple[int, int]]] = field(default_factory=list)
+    tail: list[set[tuple[int, int]]] = field(default_factory=list)
 
 
 def seed_everything(seed: int) -> None:
@@ -98,6 +105,36 @@ def encode_record(
     return Example(ids, entity, head, tail)
 
 
+def encode_entities(
+    record: dict[str, Any],
+    tokenizer: Tokenizer,
+    entity_types: Sequence[str],
+    max_length: int,
+) -> Example:
+    """Token ids with ``[CLS]``/``[SEP]`` and one span set per entity type (typed GlobalPointer).
+
+    The record's ``entities`` (``[[name, type], ...]``; without them, the arguments of its
+    ``triples``) are labelled at every occurrence, except inside a longer one
+    (``training.schema.entity_spans``). A span that does not start and end on token boundaries, lies
+    past ``max_length``, or has a type outside ``entity_types`` is left out.
+    """
+    text: str = record["text"]
+    enc = tokenizer.encode(text)
+    n = min(len(enc.token_ids), max_length - 2)
+    starts = {enc.offsets[i][0]: i + 1 for i in range(n)}
+    ends = {enc.offsets[i][1]: i + 1 for i in range(n)}
+    index = {t: i for i, t in enumerate(entity_types)}
+    named = record.get("entities")
+    if named is None:
+        named = triple_entities([(str(s), str(p), str(o)) for s, p, o in record.get("triples", [])])
+    labels: list[set[tuple[int, int]]] = [set() for _ in entity_types]
+    for start, end, type_ in entity_spans(text, [(str(a), str(b)) for a, b in named]):
+        if type_ in index and start in starts and end in ends:
+            labels[index[type_]].add((starts[start], ends[end]))
+    ids = [tokenizer.cls_id, *enc.token_ids[:n], tokenizer.sep_id]
+    return Example(ids, labels)
+
+
 def _pad_labels(sets: list[set[tuple[int, int]]], size: int) -> list[list[tuple[int, int]]]:
     out = []
     for s in sets:
@@ -106,7 +143,11 @@ def _pad_labels(sets: list[set[tuple[int, int]]], size: int) -> list[list[tuple[
     return out
 
 
-def make_batch(examples: Sequence[Example], length: int) -> tuple[list[Any], list[Any]]:
+def make_batch(
+    examples: Sequence[Example], length: int, task: str = "triples"
+) -> tuple[list[Any], list[Any]]:
+    """Model inputs and fixed-shape label arrays: ``[entity, head, tail]`` (triples) or
+    ``[entities]``, each ``(B, heads, K, 2)`` with ``(0, 0)`` padding."""
     import numpy as np
 
     tokens = np.zeros((len(examples), length), dtype="int32")
@@ -114,6 +155,8 @@ def make_batch(examples: Sequence[Example], length: int) -> tuple[list[Any], lis
         tokens[i, : len(ex.token_ids)] = ex.token_ids
     segments = np.zeros_like(tokens)
     entity = np.array([_pad_labels(ex.entity, MAX_ENTITY_LABELS) for ex in examples], dtype="int32")
+    if task == "entities":
+        return [tokens, segments], [entity]
     head = np.array([_pad_labels(ex.head, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
     tail = np.array([_pad_labels(ex.tail, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
     return [tokens, segments], [entity, head, tail]
@@ -168,14 +211,18 @@ def _warmup_linear_decay(peak: float, warmup: int, total: int) -> Any:
 
 def train(config: TrainConfig) -> Path:
     """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
+    if config.task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {config.task!r}")
     seed_everything(config.seed)
     from bert4keras.backend import keras
 
     from training.export import export_model_dir
-    from training.gplinker import build_gplinker
+    from training.gplinker import build_gplinker, build_ner
 
+    entities_task = config.task == "entities"
     schema = schema_documents()
     predicates = [p["predicate"] for p in schema]
+    labels = list(ENTITY_TYPES) if entities_task else predicates
     tokenizer = Tokenizer.from_file(config.vocab_path)
     bert_config = {**config.bert_config, "vocab_size": tokenizer.vocab_size}
     if config.dropout is not None:
@@ -188,11 +235,14 @@ def train(config: TrainConfig) -> Path:
 
     with config.train_path.open(encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
-    examples = [encode_record(r, tokenizer, predicates, config.max_length) for r in records]
-    logger.info("%d training examples from %s", len(examples), config.train_path)
+    encode = encode_entities if entities_task else encode_record
+    examples = [encode(r, tokenizer, labels, config.max_length) for r in records]
+    logger.info("%d %s training examples from %s", len(examples), config.task, config.train_path)
 
     def build() -> Any:
-        return build_gplinker(bert_config, len(predicates), head_size=config.head_size)
+        if entities_task:
+            return build_ner(bert_config, len(labels), head_size=config.head_size)
+        return build_gplinker(bert_config, len(labels), head_size=config.head_size)
 
     model = build()
     rng = random.Random(config.seed)
@@ -202,7 +252,8 @@ def train(config: TrainConfig) -> Path:
     optimizer = keras.optimizers.Adam(
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
-    model.compile(loss=[globalpointer_crossentropy] * 3, optimizer=optimizer)
+    n_outputs = 1 if entities_task else 3
+    model.compile(loss=[globalpointer_crossentropy] * n_outputs, optimizer=optimizer)
 
     started = time.monotonic()
     deadline = started + config.max_minutes * 60
@@ -212,7 +263,7 @@ def train(config: TrainConfig) -> Path:
     while step < planned:
         running = 0.0
         for length, idx in plan_epoch(examples, config.batch_size, rng, lengths):
-            x, y = make_batch([examples[i] for i in idx], length)
+            x, y = make_batch([examples[i] for i in idx], length, config.task)
             loss = model.train_on_batch(x, y)
             running += float(loss[0] if isinstance(loss, list) else loss)
             step += 1
@@ -244,10 +295,11 @@ def train(config: TrainConfig) -> Path:
     except ValueError:
         vocab_str = str(vocab_rel)
     doc = manifest_document(
-        name=config.name,
+        name=config.name or ("ner" if entities_task else "demo"),
         version=config.version,
-        task="triples",
-        predicates=schema,
+        task=config.task,
+        predicates=None if entities_task else schema,
+        entity_types=labels if entities_task else None,
         vocab_path=vocab_str,
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,
@@ -263,6 +315,7 @@ def train(config: TrainConfig) -> Path:
     (out / "training.json").write_text(
         json.dumps(
             {
+                "task": config.task,
                 "train_path": str(config.train_path),
                 "records": len(records),
                 "epochs": config.epochs,

@@ -13,7 +13,7 @@ from app.batch.records import InputError
 from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
 from app.options import precision_option
-from app.settings import DEFAULT_MODEL_DIR
+from app.settings import Settings, SettingsError
 from nlp.config import DEFAULT_MAX_TEXT_CHARS
 from nlp.errors import SpoError
 
@@ -30,6 +30,22 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return (k, n)
 
 
+def _model_directory(ref: str | None) -> Path:
+    """The directory of ``--model NAME|DIR``, as the service resolves names (``SPO_MODELS``,
+    ``SPO_MODEL_DIR``); ``None`` is the service's default model."""
+    try:
+        table = Settings.from_env(only=("model_dir", "models"))
+    except SettingsError as exc:
+        # A directory given outright needs no model table (nor a valid one).
+        if ref is not None and Path(ref).expanduser().is_dir():
+            return Path(ref).expanduser().resolve()
+        raise click.UsageError(str(exc)) from None
+    try:
+        return table.resolve_model(ref)[1]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command("extract")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -41,11 +57,20 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     help="JSON lines file, or - for stdout.",
 )
 @click.option(
+    "--model",
+    "model_ref",
+    metavar="NAME|DIR",
+    default=None,
+    help="A model name of SPO_MODELS (the names the service uses), or a model directory. "
+    "Default: the service's default model (the first of SPO_MODELS, else SPO_MODEL_DIR, else "
+    "models/demo).",
+)
+@click.option(
     "--model-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_MODEL_DIR,
-    show_default="models/demo",
-    help="Model directory (SavedModel + model.json).",
+    default=None,
+    hidden=True,
+    help="Older spelling of --model DIR.",
 )
 @click.option(
     "--format",
@@ -122,7 +147,8 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 def extract(
     inputs: tuple[str, ...],
     output: str,
-    model_dir: Path,
+    model_ref: str | None,
+    model_dir: Path | None,
     input_format: str,
     text_field: str,
     id_field: str,
@@ -149,10 +175,13 @@ def extract(
             {"id", "entities", "triples"} or {"id", "error": {"code", "message"}}.
     A bad record never stops the run. Killed? Run the same command with --resume.
     """
+    if model_ref is not None and model_dir is not None:
+        raise click.UsageError("give --model or --model-dir, not both")
+    directory = _model_directory(model_ref if model_dir is None else str(model_dir))
     options = BatchOptions(
         inputs=inputs,
         output=output,
-        model_dir=model_dir,
+        model_dir=directory,
         input_format=input_format,
         text_field=text_field,
         id_field=id_field,

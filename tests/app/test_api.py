@@ -64,10 +64,10 @@ def test_api_healthz_is_ok(client: FlaskClient) -> None:
 def test_api_readyz_names_the_loaded_model(client: FlaskClient) -> None:
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.get_json() == {
-        "status": "ready",
-        "model": {"name": "tiny-triples", "version": "7", "task": "triples"},
-    }
+    brief = {"name": "tiny-triples", "version": "7", "task": "triples"}
+    # One model (SPO_MODEL_DIR): served under its directory's name, the default.
+    (served,) = client.application.extensions["spo.models"].names
+    assert response.get_json() == {"status": "ready", "model": brief, "models": {served: brief}}
 
 
 def test_api_model_is_the_manifest_summary(client: FlaskClient, triples_extractor: Any) -> None:

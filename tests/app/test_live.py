@@ -165,12 +165,15 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    triples_model_dir: Path, entities_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     run_dir = tmp_path_factory.mktemp("live")
     gunicorn_port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
-        "SPO_MODEL_DIR": str(triples_model_dir),
+        # Two models, so every live test (schemathesis too) runs the multi-model service.
+        "SPO_MODELS": f"tiny={triples_model_dir},ner={entities_model_dir}",
         "SPO_WORKERS": "2",
         "SPO_THREADS": "4",
         "SPO_MAX_REQUESTS": str(MAX_REQUESTS),
@@ -243,6 +246,34 @@ def test_live_gunicorn_serves_and_logs_json(stack: Stack) -> None:
     assert any("loaded and warmed" in m for m in messages)
     assert sum("ready: model loaded" in m for m in messages) >= 2  # one per worker
     assert any(m.startswith("127.0.0.1") and "rid=" in m for m in messages)  # access log
+
+
+def test_live_two_models_each_loaded_once_per_worker_and_addressed_by_name(stack: Stack) -> None:
+    listed = call(stack.gunicorn_port, "GET", "/v1/models")
+    assert listed.status == 200
+    body = listed.json()
+    assert body["default"] == "tiny"
+    assert [(m["name"], m["task"], m["state"]) for m in body["models"]] == [
+        ("tiny", "triples", "ready"),
+        ("ner", "entities", "ready"),
+    ]
+    ready = call(stack.gunicorn_port, "GET", "/readyz").json()
+    assert set(ready["models"]) == {"tiny", "ner"}
+    ner = call(
+        stack.gunicorn_port,
+        "POST",
+        "/v1/models/ner/extract",
+        json.dumps({"texts": ["李白出生于碎叶城。", "北京"]}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert ner.status == 200 and ner.json()["model"]["task"] == "entities"
+    assert all(r["triples"] == [] for r in ner.json()["results"])
+    unknown = call(stack.gunicorn_port, "GET", "/v1/models/nope")
+    assert unknown.status == 404 and unknown.json()["code"] == "unknown_model"
+    # Each worker loaded each model once (2 workers x 2 models), not again per request.
+    messages = stack.gunicorn_log.read_text().splitlines()
+    for name in ("tiny-triples", "tiny-entities"):
+        assert sum(f"model {name} " in m and "loaded and warmed" in m for m in messages) >= 2
 
 
 # -- through nginx -------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 from training.corpus import CorpusGenerator, _split_of, write_corpus
-from training.schema import PREDICATES, SPOUSE_INVERSE
+from training.schema import ENTITY_TYPES, PREDICATES, SPOUSE_INVERSE, entity_spans, triple_entities
 from training.wordlists import TEMPLATES
 
 
@@ -21,7 +22,7 @@ def test_corpus_is_deterministic_from_seed(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
     first = json.loads(a.read_text(encoding="utf-8").splitlines()[0])
-    assert set(first) == {"text", "triples"}
+    assert set(first) == {"text", "triples", "entities"}
 
 
 def test_corpus_every_subject_and_object_occurs_in_text(records: list) -> None:
@@ -88,3 +89,46 @@ def test_corpus_heldout_names_are_disjoint_from_training() -> None:
     assert held_people and train_people
     assert not held_people & train_people
     assert all(_split_of(n) == "heldout" for n in held_people)
+
+
+def test_corpus_entities_name_every_triple_argument_with_a_type(records: list) -> None:
+    for rec in records:
+        named = dict(rec.entities)
+        assert set(named.values()) <= set(ENTITY_TYPES)
+        assert all(name in rec.text for name in named)
+        for s, p, o in rec.triples:
+            assert s in named and o in named, (rec.text, s, p, o)
+        assert dict(triple_entities(rec.triples)).items() <= named.items()
+
+
+def test_corpus_entities_cover_sentences_without_relations(records: list) -> None:
+    negatives = [r for r in records if not r.triples]
+    assert sum(1 for r in negatives if r.entities) > 0.9 * len(negatives)
+    types = {t for r in records for _, t in r.entities}
+    assert types == set(ENTITY_TYPES)
+
+
+def test_corpus_entities_do_not_change_texts_or_triples() -> None:
+    """The NER labels were added without a random draw: a seed's texts and triples are what they
+    were before (the digest was taken from the generator before ``entities`` existed), so the
+    committed demo model's corpus is unchanged."""
+    recs = list(CorpusGenerator(seed=7).records(300))
+    doc = [[r.text, [list(t) for t in r.triples]] for r in recs]
+    digest = hashlib.sha256(json.dumps(doc, ensure_ascii=False).encode()).hexdigest()
+    assert digest == "e4aecda011aeb8775038e5d914e079f1f265f41a6f9e50a23fc0e19ca716c57f"
+
+
+@pytest.mark.parametrize(
+    ("text", "named", "spans"),
+    [
+        ("张三和张三丰", [("张三", "人物"), ("张三丰", "人物")], [(0, 2, "人物"), (3, 6, "人物")]),
+        ("北京人在北京", [("北京", "地点")], [(0, 2, "地点"), (4, 6, "地点")]),
+        ("北京大学", [("北京", "地点"), ("北京大学", "机构")], [(0, 4, "机构")]),
+        ("没有实体", [("张三", "人物")], []),
+        ("", [("", "人物")], []),
+    ],
+)
+def test_corpus_entity_spans_every_occurrence_not_nested(
+    text: str, named: list, spans: list
+) -> None:
+    assert entity_spans(text, named) == spans

@@ -7,8 +7,8 @@ import nlp  # noqa: F401
 from nlp.config import DEMO_VOCAB
 from nlp.tokenization import Tokenizer
 from training.corpus import CorpusGenerator
-from training.schema import PREDICATES
-from training.train import encode_record, make_batch
+from training.schema import ENTITY_TYPES, PREDICATES
+from training.train import encode_entities, encode_record, make_batch
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,44 @@ def test_train_batches_have_fixed_label_shapes(tokenizer: Tokenizer) -> None:
     assert tokens.shape == segments.shape == (8, 128)
     assert entity.shape[:2] == (8, 2) and entity.shape[-1] == 2
     assert head.shape[:2] == tail.shape[:2] == (8, len(PREDICATES))
+
+
+def test_train_entity_labels_align_to_server_token_offsets(tokenizer: Tokenizer) -> None:
+    rec = {
+        "text": "Tom·李生于湖南长沙，毕业于北京大学。Tom·李",
+        "triples": [],
+        "entities": [["Tom·李", "人物"], ["湖南长沙", "地点"], ["北京大学", "机构"]],
+    }
+    ex = encode_entities(rec, tokenizer, ENTITY_TYPES, 64)
+    enc = tokenizer.encode(rec["text"])
+    assert ex.token_ids == [tokenizer.cls_id, *enc.token_ids, tokenizer.sep_id]
+    assert not ex.head and not ex.tail
+
+    def texts(type_: str) -> list[str]:
+        spans = ex.entity[ENTITY_TYPES.index(type_)]
+        return sorted(rec["text"][enc.offsets[h - 1][0] : enc.offsets[t - 1][1]] for h, t in spans)
+
+    assert texts("人物") == ["Tom·李", "Tom·李"]  # every occurrence
+    assert texts("地点") == ["湖南长沙"] and texts("机构") == ["北京大学"]
+    assert texts("作品") == []
+
+
+def test_train_entity_labels_fall_back_to_triple_arguments(tokenizer: Tokenizer) -> None:
+    rec = {"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
+    ex = encode_entities(rec, tokenizer, ENTITY_TYPES, 32)
+    assert [len(s) for s in ex.entity] == [1, 1, 0, 0, 0, 0]
+    cut = encode_entities({**rec, "text": "一" * 40 + rec["text"]}, tokenizer, ENTITY_TYPES, 32)
+    assert len(cut.token_ids) == 32 and not any(cut.entity)
+
+
+def test_train_entity_batches_have_one_fixed_label_array(tokenizer: Tokenizer) -> None:
+    recs = list(CorpusGenerator(seed=4).records(8))
+    exs = [encode_entities(r.__dict__, tokenizer, ENTITY_TYPES, 128) for r in recs]
+    (tokens, _), labels = make_batch(exs, 128, "entities")
+    assert tokens.shape == (8, 128)
+    (entities,) = labels
+    assert entities.shape[:2] == (8, len(ENTITY_TYPES)) and entities.shape[-1] == 2
+    assert entities.any()
 
 
 @pytest.mark.slow
@@ -115,3 +153,39 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
     assert record["steps_per_epoch"] < 7  # the run went past one epoch
     assert record["bert_config"]["hidden_dropout_prob"] == 0.0
     assert (out / "README.md").read_text(encoding="utf-8") == "notes"  # kept across retraining
+
+
+@pytest.mark.slow
+def test_train_tiny_entities_run_writes_a_loadable_ner_model_dir(tmp_path: Path) -> None:
+    from nlp.manifest import load_manifest
+    from training.corpus import write_corpus
+    from training.evaluate import evaluate, gold_entities, read_records
+    from training.gplinker import TINY_BERT_CONFIG
+    from training.train import TrainConfig, train
+
+    data = tmp_path / "train.jsonl"
+    write_corpus(data, 24, seed=3)
+    out = train(
+        TrainConfig(
+            train_path=data,
+            out_dir=tmp_path / "ner",
+            task="entities",
+            max_steps=3,
+            warmup_steps=1,
+            batch_size=8,
+            max_length=64,
+            head_size=16,
+            bert_config=dict(TINY_BERT_CONFIG),
+        )
+    )
+    manifest = load_manifest(out)
+    assert manifest.task == "entities" and manifest.name == "ner"
+    assert manifest.entity_types == ENTITY_TYPES and manifest.n_outputs == 1
+    assert json.loads((out / "training.json").read_text())["task"] == "entities"
+    doc = json.loads((out / "model.json").read_text(encoding="utf-8"))
+    doc["threshold"] = 1e9  # near-random weights: predict nothing, but run the whole serving path
+    (out / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    scores, errors = evaluate(out, data)
+    gold = sum(len(gold_entities(r)) for r in read_records(data))
+    assert scores.records == 24 and scores.predicted == 0 and scores.gold == gold > 0
+    assert all(e["spurious"] == [] and e["missed"] for e in errors)
