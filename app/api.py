@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.errors import ApiError
@@ -190,6 +190,9 @@ def _extract(texts: Sequence[str], field: str) -> list[Extraction]:
 @bp.post("/v1/extract")
 def extract() -> Response:
     texts, field = parse_extract_request(read_json_body(), settings())
+    g.spo_texts = len(texts)  # for the metrics and the access log (app.metrics)
+    if settings().log_input_text:
+        g.spo_input = texts
     brief = _model_brief()
     results = _extract(texts, field)
     return jsonify({"model": brief, "results": [r.to_dict() for r in results]})

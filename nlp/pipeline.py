@@ -11,7 +11,8 @@ unless the caller builds the ``Extractor`` around another.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,39 @@ class Window:
     text_index: int
     start: int
     stop: int
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One ``SessionRuntime.run``: its bucket ``shape`` (batch, length), the ``rows`` that held
+    windows, the ``tokens`` they held ([CLS] and [SEP] included) and how long it took."""
+
+    shape: tuple[int, int]
+    rows: int
+    tokens: int
+    seconds: float
+
+    @property
+    def padded_tokens(self) -> int:
+        """Pad positions the model computed for nothing (``batch * length - tokens``)."""
+        return self.shape[0] * self.shape[1] - self.tokens
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one ``extract_batch`` did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
+    and the model ``calls`` that ran them. Observers get one per call (``Extractor.observers``)."""
+
+    texts: int
+    text_tokens: tuple[int, ...]
+    calls: tuple[ModelCall, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.text_tokens)
+
+
+BatchObserver = Callable[[BatchReport], None]
 
 
 def plan_windows(
@@ -103,6 +137,8 @@ class Extractor:
         self.window_overlap = (
             window_overlap if window_overlap is not None else self.max_window_tokens // 4
         )
+        # Called with a ``BatchReport`` after each successful ``extract_batch`` (metrics, logs).
+        self.observers: list[BatchObserver] = []
 
     @classmethod
     def load(cls, options: LoadOptions | str | Path, /, **changes: Any) -> Extractor:
@@ -160,6 +196,7 @@ class Extractor:
         entities: list[set[Entity]] = [set() for _ in texts]
         triples: list[set[Triple]] = [set() for _ in texts]
         tok = self.tokenizer
+        calls: list[ModelCall] = []
         for batch in plan_batches([w.stop - w.start + 2 for w in windows], self.buckets):
             rows = [windows[r] for r in batch.rows]
             sequences = [
@@ -167,9 +204,19 @@ class Extractor:
                 for w in rows
             ]
             token_ids = pad_batch(sequences, batch.shape, pad_id=tok.pad_id)
+            started = time.perf_counter()
             outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+            seconds = time.perf_counter() - started
+            calls.append(ModelCall(batch.shape, len(rows), sum(map(len, sequences)), seconds))
             for r, window in enumerate(rows):
                 self._collect([o[r] for o in outputs], window, texts, encodings, entities, triples)
+        if self.observers:
+            report = BatchReport(len(texts), tuple(len(e) for e in encodings), tuple(calls))
+            for observe in self.observers:
+                try:
+                    observe(report)
+                except Exception:  # an observer (metrics, logs) never fails an extraction
+                    logger.exception("batch observer %r failed", observe)
         return [
             Extraction(
                 entities=tuple(sorted(e, key=_entity_key)),

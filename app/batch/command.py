@@ -110,6 +110,12 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     help="Longer texts get a text_too_long error record.",
 )
 @precision_option()
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the run's records, errors, texts/s... here at the end, in Prometheus' textfile "
+    "format (e.g. a *.prom file in node exporter's textfile directory).",
+)
 def extract(
     inputs: tuple[str, ...],
     output: str,
@@ -128,6 +134,7 @@ def extract(
     window: int,
     max_text_chars: int,
     precision: str,
+    metrics_file: Path | None,
 ) -> None:
     """Extract entities and triples from INPUT files (- for stdin) into JSON lines.
 
@@ -174,5 +181,14 @@ def extract(
         raise SystemExit(1) from None
     if not quiet:
         click.echo(summary.line(), err=True)
+    if metrics_file is not None:
+        from app.metrics import write_batch_textfile
+
+        try:
+            write_batch_textfile(metrics_file, summary)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot write --metrics-file {metrics_file}: {exc}"
+            ) from None
     if strict and summary.total_errors:
         raise click.ClickException(f"{summary.total_errors} error records (--strict)")
