@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.batch.pipeline import BatchSummary
 from app.metrics import prepare_multiprocess_dir, write_batch_textfile
+from app.settings import Settings, SettingsError
 
 METRICS_TOKEN = "metrics-token-0123456789"
 API_TOKEN = "api-token-0123456789abcdef"
@@ -159,3 +160,10 @@ def test_metrics_token_refuses_wrong_credentials(
 ) -> None:
     client = make_fake_app(metrics_token=METRICS_TOKEN).test_client()
     assert client.get("/metrics", headers={"Authorization": header}).status_code == 401
+
+
+def test_metrics_token_setting_is_checked(triples_model_dir: Path) -> None:
+    env = {"SPO_MODEL_DIR": str(triples_model_dir), "SPO_METRICS_TOKEN": METRICS_TOKEN}
+    assert Settings.from_env(env).metrics_token == METRICS_TOKEN
+    with pytest.raises(SettingsError, match="SPO_METRICS_TOKEN"):
+        Settings.from_env({**env, "SPO_METRICS_TOKEN": "short"})

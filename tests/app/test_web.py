@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+
+from app.settings import Settings, SettingsError
 
 ORIGIN = "https://tools.example.org"
 
@@ -86,3 +90,11 @@ def test_web_cors_allow_list(make_fake_app: Callable[..., Flask]) -> None:
         "/v1/extract", json={"text": "北京"}, headers={"Origin": "https://evil.test"}
     )
     assert "Access-Control-Allow-Origin" not in other.headers
+
+
+def test_web_cors_origins_setting_is_checked(triples_model_dir: Path) -> None:
+    env = {"SPO_MODEL_DIR": str(triples_model_dir), "SPO_CORS_ORIGINS": f"{ORIGIN}, *"}
+    assert Settings.from_env(env).cors_origins == (ORIGIN, "*")
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env({**env, "SPO_CORS_ORIGINS": "tools.example.org,https://a.b/path"})
+    assert [p.split(":")[0] for p in error.value.problems] == ["SPO_CORS_ORIGINS"] * 2
