@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.batch.pipeline import BatchSummary
+from app.batch.runner import BatchSummary
 from app.metrics import prepare_multiprocess_dir, write_batch_textfile
 from app.settings import Settings, SettingsError
 
