@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import re
 import time
 import uuid
