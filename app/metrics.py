@@ -26,6 +26,7 @@ import hmac
 import logging
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,18 +188,17 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
-        self._observed: set[int] = set()
-        self._extractors: list[Any] = []
+        # Weak: a model that was reloaded away is not kept alive by its metrics.
+        self._extractors: weakref.WeakSet[Any] = weakref.WeakSet()
         self._refreshed = 0.0
         self._info: tuple[str, str, str, str] | None = None
 
     # -- model -----------------------------------------------------------------------------------
     def watch_extractor(self, extractor: Any) -> None:
         """Record this extractor's model calls and describe its model (once per extractor)."""
-        if id(extractor) in self._observed:
+        if extractor in self._extractors:
             return
-        self._observed.add(id(extractor))
-        self._extractors.append(extractor)
+        self._extractors.add(extractor)
         summary = extractor.manifest.summary()
         name = str(summary.get("name", "?"))
         runtime = getattr(extractor, "runtime", None)
@@ -242,7 +242,7 @@ class Metrics:
             return
         self._refreshed = now
         self.rss.set(psutil.Process().memory_info().rss)
-        for extractor in self._extractors:
+        for extractor in list(self._extractors):
             runtime = getattr(extractor, "runtime", None)
             count = getattr(runtime, "graph_op_count", None)
             if count is not None:
