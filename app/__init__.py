@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from flask import Flask
 
-from app import api, batch, errors
+from app import api, batch, errors, metrics, web
 from app import logging as app_logging
 from app.model_slot import Loader
 from app.registry import ModelRegistry
@@ -54,7 +54,9 @@ def create_app(
 
     app_logging.init_app(app)
     errors.init_app(app)
+    metrics.init_app(app)
     app.register_blueprint(api.bp)
+    web.init_app(app)
     batch.init_app(app)
 
     load = loader or load_extractor

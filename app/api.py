@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.errors import ApiError
@@ -215,6 +215,9 @@ def _extract(model: ServedModel, texts: Sequence[str], field: str) -> list[Extra
 # -- endpoints -----------------------------------------------------------------------------------
 def _extract_response(model: ServedModel) -> Response:
     texts, field = parse_extract_request(read_json_body(), settings())
+    g.spo_texts = len(texts)  # for the metrics and the access log (app.metrics)
+    if settings().log_input_text:
+        g.spo_input = texts
     brief = _model_brief(model)
     results = _extract(model, texts, field)
     return jsonify({"model": brief, "results": [r.to_dict() for r in results]})

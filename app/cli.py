@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
+
+from app.logging import configure_logging
+from app.settings import LogSettings, SettingsError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="spo-service", prog_name="spo")
-def main() -> None:
-    """spo-service: extract entities and (subject, predicate, object) triples from Chinese text."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """spo-service: extract entities and (subject, predicate, object) triples from Chinese text.
+
+    Every command logs to stderr as SPO_LOG_FORMAT (text, or json lines) and SPO_LOG_LEVEL say.
+    """
+    if ctx.invoked_subcommand == "serve":
+        return  # serve checks every setting at once, and gunicorn sets up its own logging
+    try:
+        log_settings = LogSettings.from_env()
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+    # A process that set up logging already (a program embedding the command, a test runner) keeps it.
+    if not logging.getLogger().handlers:
+        configure_logging(log_settings)
 
 
 # Each command lives with the code it drives; register it here (one line per module).

@@ -1,8 +1,15 @@
 """One logging setup (text or JSON lines) and the request id every log line and answer carries.
 
 ``logging_config(settings)`` is a ``logging.config.dictConfig`` document: gunicorn applies it to its own
-loggers and the root logger (``logconfig_dict`` in ``deploy/gunicorn.conf.py``). ``create_app`` never
-configures logging: the process that runs the app does.
+loggers and the root logger (``logconfig_dict`` in ``deploy/gunicorn.conf.py``), ``configure_logging``
+applies it in every ``spo`` command (``app.cli``) and in the batch command's worker processes.
+``create_app`` never configures logging: the process that runs the app does.
+
+gunicorn's access log goes through ``AccessLogger`` (``logger_class``): one line per request, in the
+same format as every other line. Besides method, path, status, latency, bytes and request id it carries
+what the request did (``texts``, ``tokens``, ``buckets``: the model-call shapes), which the app leaves
+in the WSGI environ (``app.metrics.request_summary``). Input texts are never logged unless
+``SPO_LOG_INPUT_TEXT`` is on (then the access line has ``input``).
 
 The request id is the client's ``X-Request-ID`` (nginx sets one from ``$request_id`` when the client did
 not) when it is a sane token, else a fresh one; it is echoed in the ``X-Request-ID`` response header and
@@ -13,14 +20,16 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import re
 import time
 import uuid
 from typing import Any
 
 from flask import Flask, Response, g, has_request_context, request
+from gunicorn.glogging import Logger as GunicornLogger
 
-from app.settings import Settings
+from app.settings import LogSettings, Settings
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
@@ -61,7 +70,8 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, request_id, exception."""
+    """One JSON object per line: time, level, logger, message, request_id, exception; an access-log
+    line adds its fields (``AccessLogger``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -75,12 +85,64 @@ class JsonFormatter(logging.Formatter):
         request_id = current_request_id()
         if request_id:
             doc["request_id"] = request_id
+        access = getattr(record, "access", None)
+        if isinstance(access, dict):
+            doc.update(access)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc, ensure_ascii=False)
 
 
-def logging_config(settings: Settings) -> dict[str, Any]:
+class AccessLogger(GunicornLogger):  # type: ignore[misc]
+    """gunicorn's logger with one access line per request carrying the app's request summary."""
+
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        # Only when asked (SPO_ACCESS_LOG): gunicorn would also log whenever a logconfig is given.
+        if not self.cfg.accesslog:
+            return
+        try:
+            fields = access_fields(resp, environ, request_time.total_seconds())
+            self.access_log.info(access_message(fields), extra={"access": fields})
+        except Exception:
+            self.error_log.exception("could not write the access log line")
+
+
+def access_fields(resp: Any, environ: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The access-log fields of one request (``resp`` is gunicorn's response)."""
+    status = resp.status
+    code = int(str(status).split(None, 1)[0]) if status else 0
+    headers = {k.lower(): v for k, v in (resp.headers or [])}
+    fields: dict[str, Any] = {
+        "request_id": headers.get(REQUEST_ID_HEADER.lower(), "-"),
+        "remote": environ.get("REMOTE_ADDR", "-"),
+        "method": environ.get("REQUEST_METHOD", "-"),
+        "path": environ.get("PATH_INFO", "-"),
+        "status": code,
+        "latency_ms": round(seconds * 1000, 1),
+        "bytes": getattr(resp, "sent", None) or 0,
+    }
+    fields.update(environ.get("spo.request") or {})
+    return fields
+
+
+def access_message(fields: dict[str, Any]) -> str:
+    """``REMOTE "METHOD PATH" STATUS LATENCYms texts=.. tokens=.. buckets=.. rid=ID``."""
+    parts = [
+        f'{fields["remote"]} "{fields["method"]} {fields["path"]}" {fields["status"]}',
+        f"{fields['latency_ms']}ms",
+    ]
+    for key in ("texts", "tokens"):
+        if key in fields:
+            parts.append(f"{key}={fields[key]}")
+    if fields.get("buckets"):
+        parts.append("buckets=" + ",".join(fields["buckets"]))
+    parts.append(f"rid={fields['request_id']}")
+    if "input" in fields:
+        parts.append("input=" + json.dumps(fields["input"], ensure_ascii=False))
+    return " ".join(parts)
+
+
+def logging_config(settings: Settings | LogSettings) -> dict[str, Any]:
     """A dictConfig document: root, gunicorn.error and gunicorn.access to stderr/stdout."""
     formatter = "json" if settings.log_format == "json" else "text"
     return {
@@ -112,3 +174,8 @@ def logging_config(settings: Settings) -> dict[str, Any]:
             "gunicorn.access": {"level": "INFO", "handlers": ["stdout"], "propagate": False},
         },
     }
+
+
+def configure_logging(settings: Settings | LogSettings | None = None) -> None:
+    """Apply ``logging_config`` (from ``SPO_LOG_FORMAT`` / ``SPO_LOG_LEVEL`` when not given)."""
+    logging.config.dictConfig(logging_config(settings or LogSettings.from_env()))

@@ -124,6 +124,8 @@ class MicroBatcher:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.stats = BatchStats()
+        # Called with (requests, texts) for each batch taken (metrics); must not raise.
+        self.on_batch: Callable[[int, int], None] | None = None
 
     # -- request threads -------------------------------------------------------------------------
     def submit(
@@ -274,6 +276,8 @@ class MicroBatcher:
         stats.requests += len(batch)
         stats.texts += len(texts)
         stats.largest = max(stats.largest, len(batch))
+        if self.on_batch is not None:
+            self.on_batch(len(batch), len(texts))
         if len(batch) == 1:
             self._serve_alone(batch[0])
         else:

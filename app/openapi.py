@@ -360,6 +360,22 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 },
             }
         },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics of every worker (docs/rest.md lists them)",
+                "description": "Guarded by its own token (SPO_METRICS_TOKEN) when one is set; "
+                "the API tokens never apply.",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4",
+                        "headers": {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}},
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_problems(*(("unauthorized",) if settings.metrics_token else ()), *_ALWAYS),
+                },
+            }
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",
@@ -409,4 +425,11 @@ def build_spec(settings: Settings) -> dict[str, Any]:
         for path in [p for p in paths if p.startswith("/v1/")]:
             for operation in paths[path].values():
                 operation["security"] = [{"bearer": []}]
+    if settings.metrics_token:
+        spec["components"].setdefault("securitySchemes", {})["metrics"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "SPO_METRICS_TOKEN",
+        }
+        paths["/metrics"]["get"]["security"] = [{"metrics": []}]
     return spec

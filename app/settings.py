@@ -52,6 +52,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
 _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
 # A model name is a URL path segment (/v1/models/<name>/extract) and a CLI argument.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
 
 
 def cpu_count() -> int:
@@ -110,6 +111,9 @@ class Settings:
     log_level: str = "INFO"
     access_log: bool = True
     pid_file: Path | None = None
+    log_input_text: bool = False
+    metrics_token: str | None = None
+    cors_origins: tuple[str, ...] = ()
     # Not a setting: False skips the check that the model directory exists (a worker's: a missing model
     # is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before starting).
     require_model: InitVar[bool] = True
@@ -121,6 +125,7 @@ class Settings:
         object.__setattr__(self, "_auto_workers", self.workers == 0)
         if self.workers == 0:
             object.__setattr__(self, "workers", self.sizing().workers)
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         problems = self.problems(require_model=require_model)
         if problems:
             raise SettingsError(problems)
@@ -280,6 +285,11 @@ class Settings:
             )
         one_of("log_format", LOG_FORMATS)
         one_of("log_level", LOG_LEVELS)
+        if self.metrics_token is not None and not _TOKEN.match(self.metrics_token):
+            bad("metrics_token", "must be 16+ characters of [A-Za-z0-9._~+/=-]")
+        for origin in self.cors_origins:
+            if origin != "*" and not _ORIGIN.match(origin):
+                bad("cors_origins", f"expected * or scheme://host[:port] origins, got {origin!r}")
         return out
 
     @classmethod
@@ -356,6 +366,33 @@ def _models(raw: str) -> tuple[tuple[str, Path], ...]:
     if not out:
         raise ValueError("expected NAME=DIR entries separated by commas")
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """The logging settings alone, for commands that need no other (``spo extract``, ``spo models``)."""
+
+    log_format: str = Settings.log_format
+    log_level: str = Settings.log_level
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LogSettings:
+        """``SPO_LOG_FORMAT`` and ``SPO_LOG_LEVEL``, checked as ``Settings`` checks them."""
+        env = os.environ if environ is None else environ
+        values = {}
+        problems = []
+        for name, choices in (("log_format", LOG_FORMATS), ("log_level", LOG_LEVELS)):
+            var = PREFIX + name.upper()
+            raw = env.get(var, "").strip()
+            if not raw:
+                continue
+            value = FIELDS[name][0](raw)
+            if value not in choices:
+                problems.append(f"{var}: must be one of {', '.join(choices)}, got {value!r}")
+            values[name] = value
+        if problems:
+            raise SettingsError(problems)
+        return cls(**values)
 
 
 def _int(raw: str) -> int:
@@ -480,6 +517,12 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "pid_file": (
         _path,
         "gunicorn master's pid file (spo reload reads it); default: one per address in /tmp",
+    ),
+    "log_input_text": (_bool, "put the request's input texts in its access-log line (off: never)"),
+    "metrics_token": (_str, "bearer token guarding GET /metrics (unset: open; never an API token)"),
+    "cors_origins": (
+        _tokens,
+        "comma-separated origins browsers may call the API from (unset: no CORS headers)",
     ),
 }
 

@@ -10,23 +10,36 @@ model-aware start and reload of ``app.master``); command-line flags override thi
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
   (``app.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
-  retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged.
+  retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged and counted
+  (``spo_worker_recycles_total``).
+- Metrics (``app.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
+  directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied; else a new temporary
+  one, removed on exit); ``child_exit`` marks each dead worker so its per-worker gauges go.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import psutil
 
-from app.logging import logging_config
+from app.logging import AccessLogger, logging_config
 from app.master import watch_worker
+from app.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
 from app.settings import Settings, threads_per_worker
 from app.sizing import Machine, memory_warning
 
 settings = Settings.from_env()
 sizing = settings.sizing()
+
+_given_metrics_dir = os.environ.get(MULTIPROC_ENV)
+metrics_dir = prepare_multiprocess_dir(
+    _given_metrics_dir or tempfile.mkdtemp(prefix="spo-metrics-")
+)
+os.environ[MULTIPROC_ENV] = str(metrics_dir)
 
 wsgi_app = "app:create_app()"
 bind = [settings.bind]
@@ -45,7 +58,8 @@ limit_request_fields = 100
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 logconfig_dict = logging_config(settings)
 accesslog = "-" if settings.access_log else None
-access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
+# One line per request in the service's log format, with texts, tokens and buckets (app.logging).
+logger_class = AccessLogger
 proc_name = "spo-service"
 # gunicorn 27 opens a control socket in ~/.gunicorn by default; several instances would share it.
 control_socket_disable = True
@@ -116,13 +130,39 @@ def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:
             rss,
             limit,
         )
+        worker.spo_retire_reason = "rss"
         worker.alive = False
+
+
+def _app_extension(worker: Any, name: str) -> Any:
+    return getattr(getattr(worker, "wsgi", None), "extensions", {}).get(name)
 
 
 def worker_exit(server: Any, worker: Any) -> None:
     # In the worker, after gthread has waited (up to graceful_timeout) for its connections: the
     # micro-batcher, when on, serves what is still pending, logs its counters and stops.
-    models = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("spo.models")
+    models = _app_extension(worker, "spo.models")
     if models is not None:
         models.close_batchers(timeout=settings.graceful_timeout)
-    server.log.info("worker %s exiting after %s requests", worker.pid, getattr(worker, "nr", "?"))
+    reason = getattr(worker, "spo_retire_reason", None)
+    if reason is None and getattr(worker, "nr", 0) >= getattr(worker, "max_requests", 1 << 62):
+        reason = "max_requests"
+    metrics = _app_extension(worker, "spo.metrics")
+    if reason is not None and metrics is not None:
+        metrics.count_recycle(reason)
+    server.log.info(
+        "worker %s exiting after %s requests%s",
+        worker.pid,
+        getattr(worker, "nr", "?"),
+        f" (recycled: {reason})" if reason else "",
+    )
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # In the master: the dead worker's live gauges (RSS, op count, model info) leave /metrics.
+    mark_worker_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    if not _given_metrics_dir:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -65,6 +65,39 @@ class Plan:
         return sum(w.stop - w.start + 2 for w in self.windows)
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One ``SessionRuntime.run``: its bucket ``shape`` (batch, length), the ``rows`` that held
+    windows, the ``tokens`` they held ([CLS] and [SEP] included) and how long it took."""
+
+    shape: tuple[int, int]
+    rows: int
+    tokens: int
+    seconds: float
+
+    @property
+    def padded_tokens(self) -> int:
+        """Pad positions the model computed for nothing (``batch * length - tokens``)."""
+        return self.shape[0] * self.shape[1] - self.tokens
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one ``extract_batch`` did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
+    and the model ``calls`` that ran them. Observers get one per call (``Extractor.observers``)."""
+
+    texts: int
+    text_tokens: tuple[int, ...]
+    calls: tuple[ModelCall, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.text_tokens)
+
+
+BatchObserver = Callable[[BatchReport], None]
+
+
 def plan_windows(
     text: str, encoding: Encoding, text_index: int, max_tokens: int, overlap: int
 ) -> list[Window]:
@@ -126,6 +159,8 @@ class Extractor:
         self.window_overlap = (
             window_overlap if window_overlap is not None else self.max_window_tokens // 4
         )
+        # Called with a ``BatchReport`` after each successful ``extract_batch`` (metrics, logs).
+        self.observers: list[BatchObserver] = []
 
     @classmethod
     def load(cls, options: LoadOptions | str | Path, /, **changes: Any) -> Extractor:
@@ -210,6 +245,7 @@ class Extractor:
         entities: list[set[Entity]] = [set() for _ in texts]
         triples: list[set[Triple]] = [set() for _ in texts]
         tok = self.tokenizer
+        calls: list[ModelCall] = []
         batches = plan_batches([w.stop - w.start + 2 for w in windows], self.buckets)
         for done, batch in enumerate(batches):
             if deadline is not None and clock() >= deadline:
@@ -224,9 +260,19 @@ class Extractor:
                 for w in rows
             ]
             token_ids = pad_batch(sequences, batch.shape, pad_id=tok.pad_id)
+            started = time.perf_counter()
             outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+            seconds = time.perf_counter() - started
+            calls.append(ModelCall(batch.shape, len(rows), sum(map(len, sequences)), seconds))
             for r, window in enumerate(rows):
                 self._collect([o[r] for o in outputs], window, texts, encodings, entities, triples)
+        if self.observers:
+            report = BatchReport(len(texts), tuple(len(e) for e in encodings), tuple(calls))
+            for observe in self.observers:
+                try:
+                    observe(report)
+                except Exception:  # an observer (metrics, logs) never fails an extraction
+                    logger.exception("batch observer %r failed", observe)
         return [
             Extraction(
                 entities=tuple(sorted(e, key=_entity_key)),

@@ -144,6 +144,12 @@ def _model_directory(ref: str | None) -> Path:
     "error record (0: no limit).",
 )
 @precision_option()
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the run's records, errors, texts/s... here at the end, in Prometheus' textfile "
+    "format (e.g. a *.prom file in node exporter's textfile directory).",
+)
 def extract(
     inputs: tuple[str, ...],
     output: str,
@@ -164,6 +170,7 @@ def extract(
     max_text_chars: int,
     record_timeout: float,
     precision: str,
+    metrics_file: Path | None,
 ) -> None:
     """Extract entities and triples from INPUT files (- for stdin) into JSON lines.
 
@@ -214,5 +221,14 @@ def extract(
         raise SystemExit(1) from None
     if not quiet:
         click.echo(summary.line(), err=True)
+    if metrics_file is not None:
+        from app.metrics import write_batch_textfile
+
+        try:
+            write_batch_textfile(metrics_file, summary)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot write --metrics-file {metrics_file}: {exc}"
+            ) from None
     if strict and summary.total_errors:
         raise click.ClickException(f"{summary.total_errors} error records (--strict)")

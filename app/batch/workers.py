@@ -150,6 +150,10 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import psutil
 
+    from app.logging import configure_logging
+
+    configure_logging()  # a spawned process starts unconfigured: log as the parent does
+
     try:
         extractor = factory(spec.options)
     except SpoError as exc:

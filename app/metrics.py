@@ -1,0 +1,406 @@
+"""Prometheus metrics: ``GET /metrics`` for the service, a textfile for the batch command.
+
+Every metric is declared once, in ``Metrics`` (the table in docs/rest.md lists them). The service
+records into it from Flask hooks (requests, latency, refusals), from the extractor's batch observer
+(model calls by bucket shape, padding, model time, tokens) and from the micro-batcher (combined call
+sizes); per-worker gauges (RSS, graph op count) are refreshed at most once a second and on every scrape.
+
+**Several gunicorn workers.** Each worker is its own process with its own counters, so the service uses
+``prometheus_client``'s multiprocess mode: ``deploy/gunicorn.conf.py`` creates a fresh, empty directory
+at start (``PROMETHEUS_MULTIPROC_DIR``; one it is given is emptied) before any worker forks, every
+worker writes its values to memory-mapped files there, ``/metrics`` (answered by whichever worker gets
+the scrape) sums the files of all workers, dead ones included for counters, and gunicorn's
+``child_exit`` hook marks a dead worker so its per-worker gauges disappear. Without that variable (tests,
+``flask run``) the app's own registry is served.
+
+``prometheus_client`` decides between the two modes when it is first imported, so this module imports
+it only inside functions: the gunicorn master imports ``app`` before its config sets the directory.
+
+``/metrics`` is open unless ``SPO_METRICS_TOKEN`` is set (then it needs ``Authorization: Bearer``
+with that token); the API tokens (``SPO_AUTH_TOKENS``) never guard it, nor open it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from flask import Blueprint, Flask, Response, current_app, g, has_request_context, request
+
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from nlp.pipeline import BatchReport
+
+logger = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_REFRESH_S = 1.0
+
+# Histogram buckets: powers of two for counts, a latency ladder from 5 ms to 2 minutes.
+COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+MODEL_CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PROBLEM_MIMETYPE = "application/problem+json"
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory when the service runs under gunicorn (``None`` otherwise)."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def prepare_multiprocess_dir(path: str | Path) -> Path:
+    """Create ``path`` empty (removing the files a previous run left there) and return it.
+
+    Called by the gunicorn master before it forks: stale files would add an earlier run's counts.
+    """
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    return directory
+
+
+def mark_worker_dead(pid: int) -> None:
+    """gunicorn ``child_exit``: drop the dead worker's per-worker gauges (its counters stay summed)."""
+    if multiprocess_dir() is None:
+        return
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+class Metrics:
+    """The service's metrics, in their own registry (so each app in a test process has its own)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "spo_http_requests",
+            "HTTP requests answered, by endpoint (route pattern), method and status.",
+            ["endpoint", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "spo_http_request_duration_seconds",
+            "Time from the start of the app's handling to its answer, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.refusals = Counter(
+            "spo_http_refusals",
+            "Problem (application/problem+json) answers, by code and status: limits, deadlines, "
+            "authentication, bad input, unready model.",
+            ["code", "status"],
+            registry=r,
+        )
+        self.request_texts = Histogram(
+            "spo_request_texts",
+            "Texts per extract request.",
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.request_tokens = Histogram(
+            "spo_request_tokens",
+            "Tokens per extract request (all its texts; without [CLS]/[SEP]).",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.model_calls = Counter(
+            "spo_model_calls",
+            "Model (Session.run) calls, by model and bucket shape (batch rows, length).",
+            ["model", "batch", "length"],
+            registry=r,
+        )
+        self.model_call_seconds = Histogram(
+            "spo_model_call_seconds",
+            "Time of one model call.",
+            ["model"],
+            buckets=MODEL_CALL_BUCKETS,
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "spo_model_tokens",
+            "Real tokens fed to the model ([CLS]/[SEP] included).",
+            ["model"],
+            registry=r,
+        )
+        self.model_padding = Counter(
+            "spo_model_padding_tokens",
+            "Pad positions fed to the model; padding waste = rate(this) / rate(spo_model_tokens).",
+            ["model"],
+            registry=r,
+        )
+        self.batch_texts = Histogram(
+            "spo_extract_batch_texts",
+            "Texts per extract_batch call (with micro-batching on: per combined call).",
+            ["model"],
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.microbatch_requests = Histogram(
+            "spo_microbatch_requests",
+            "Requests per micro-batch (SPO_MICROBATCH_WAIT_MS > 0).",
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.recycles = Counter(
+            "spo_worker_recycles",
+            "Workers retired to keep memory flat, by reason (max_requests, rss).",
+            ["reason"],
+            registry=r,
+        )
+        self.rss = Gauge(
+            "spo_worker_rss_bytes",
+            "Resident memory of each worker process.",
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+        self.load_seconds = Gauge(
+            "spo_model_load_seconds",
+            "Seconds this worker took to load its model (phase=load) and warm every shape (warmup).",
+            ["model", "phase"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+        self.graph_ops = Gauge(
+            "spo_model_graph_ops",
+            "Ops in the worker's finalized session graph: constant after warm-up (nothing leaks nodes).",
+            ["model"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+        self.model_info = Gauge(
+            "spo_model_info",
+            "The served model: 1 with its name, version, task and precision as labels.",
+            ["model", "version", "task", "precision"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        # Weak: a model that was reloaded away is not kept alive by its metrics.
+        self._extractors: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._refreshed = 0.0
+        self._info: dict[str, tuple[str, str, str, str]] = {}  # per model name
+
+    # -- model -----------------------------------------------------------------------------------
+    def watch_extractor(self, extractor: Any) -> None:
+        """Record this extractor's model calls and describe its model (once per extractor)."""
+        if extractor in self._extractors:
+            return
+        self._extractors.add(extractor)
+        summary = extractor.manifest.summary()
+        name = str(summary.get("name", "?"))
+        runtime = getattr(extractor, "runtime", None)
+        precision = str(getattr(runtime, "precision", "fp32"))
+        # A reloaded model replaces the worker's earlier one of that name: that one's info goes to 0.
+        info = (name, str(summary.get("version", "?")), str(summary.get("task", "?")), precision)
+        earlier = self._info.get(name)
+        if earlier is not None and earlier != info:
+            self.model_info.labels(*earlier).set(0)
+        self.model_info.labels(*info).set(1)
+        self._info[name] = info
+        if runtime is not None:
+            self.load_seconds.labels(name, "load").set(getattr(runtime, "load_seconds", 0.0))
+            self.load_seconds.labels(name, "warmup").set(getattr(runtime, "warm_seconds", 0.0))
+        observers = getattr(extractor, "observers", None)
+        if observers is not None:
+            observers.append(lambda report: self.observe_batch(name, report))
+        self.refresh_worker(force=True)
+
+    def observe_batch(self, model: str, report: BatchReport) -> None:
+        """One ``extract_batch``: model calls, tokens and padding; the request's tokens and buckets."""
+        self.batch_texts.labels(model).observe(report.texts)
+        for call in report.calls:
+            self.model_calls.labels(model, str(call.shape[0]), str(call.shape[1])).inc()
+            self.model_call_seconds.labels(model).observe(call.seconds)
+            self.model_tokens.labels(model).inc(call.tokens)
+            self.model_padding.labels(model).inc(call.padded_tokens)
+        # In the request's own thread (micro-batching off), the request's numbers go to its log line
+        # (once: an extractor shared by several apps, as in tests, has one observer per app).
+        if has_request_context() and current_app.extensions.get("spo.metrics") is self:
+            reports: list[BatchReport] = g.setdefault("spo_reports", [])
+            reports.append(report)
+
+    def observe_microbatch(self, requests: int, texts: int) -> None:
+        self.microbatch_requests.observe(requests)
+
+    # -- worker ----------------------------------------------------------------------------------
+    def refresh_worker(self, *, force: bool = False) -> None:
+        """RSS and graph op count of this worker (at most once a second unless ``force``)."""
+        now = time.monotonic()
+        if not force and now - self._refreshed < WORKER_REFRESH_S:
+            return
+        self._refreshed = now
+        self.rss.set(psutil.Process().memory_info().rss)
+        for extractor in list(self._extractors):
+            runtime = getattr(extractor, "runtime", None)
+            count = getattr(runtime, "graph_op_count", None)
+            if count is not None:
+                self.graph_ops.labels(extractor.manifest.name).set(count)
+
+    def count_recycle(self, reason: str) -> None:
+        self.recycles.labels(reason).inc()
+
+    # -- exposition ------------------------------------------------------------------------------
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition of every worker (multiprocess) or of this app's registry."""
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        path = multiprocess_dir()
+        registry = self.registry
+        if path is not None:
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+# -- Flask wiring ----------------------------------------------------------------------------------
+bp = Blueprint("metrics", __name__)
+
+
+def metrics() -> Metrics:
+    value: Metrics = current_app.extensions["spo.metrics"]
+    return value
+
+
+def _endpoint() -> str:
+    rule = request.url_rule
+    return rule.rule if rule is not None else "unmatched"
+
+
+def _start_timer() -> None:
+    g.spo_started = time.perf_counter()
+    for model in current_app.extensions["spo.models"]:
+        extractor = model.slot.extractor
+        if extractor is not None:
+            metrics().watch_extractor(extractor)
+
+
+def request_summary() -> dict[str, Any]:
+    """What the request did, for its access-log line: texts, tokens, bucket shapes."""
+    summary: dict[str, Any] = {}
+    texts = g.get("spo_texts")
+    if texts is not None:
+        summary["texts"] = texts
+    reports: list[BatchReport] = g.get("spo_reports", [])
+    if reports:
+        summary["tokens"] = sum(r.tokens for r in reports)
+        summary["buckets"] = [f"{c.shape[0]}x{c.shape[1]}" for r in reports for c in r.calls]
+    if "spo_input" in g:
+        summary["input"] = g.spo_input
+    return summary
+
+
+def _record(response: Response) -> Response:
+    m = metrics()
+    endpoint = _endpoint()
+    started = g.get("spo_started")
+    if started is not None:
+        m.latency.labels(endpoint).observe(time.perf_counter() - started)
+    m.requests.labels(endpoint, request.method, str(response.status_code)).inc()
+    if response.mimetype == PROBLEM_MIMETYPE:
+        body = response.get_json(silent=True) or {}
+        m.refusals.labels(str(body.get("code", "unknown")), str(response.status_code)).inc()
+    summary = request_summary()
+    if "texts" in summary and response.status_code < 400:
+        m.request_texts.observe(summary["texts"])
+        if "tokens" in summary:
+            m.request_tokens.observe(summary["tokens"])
+    # gunicorn's access log reads it from the WSGI environ (app.logging.AccessLogger).
+    request.environ["spo.request"] = summary
+    m.refresh_worker()
+    return response
+
+
+def _authorized(token: str | None) -> bool:
+    if not token:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    )
+
+
+@bp.get("/metrics")
+def scrape() -> Response:
+    settings: Settings = current_app.extensions["spo.settings"]
+    if not _authorized(settings.metrics_token):
+        from app.errors import ApiError
+
+        raise ApiError(
+            "unauthorized",
+            "/metrics needs its own bearer token (SPO_METRICS_TOKEN).",
+            headers={"WWW-Authenticate": 'Bearer realm="spo-metrics"'},
+        )
+    m = metrics()
+    m.refresh_worker(force=True)
+    body, content_type = m.exposition()
+    return Response(body, content_type=content_type)
+
+
+def init_app(app: Flask) -> Metrics:
+    """Create the app's ``Metrics`` (``app.extensions["spo.metrics"]``), its hooks and ``/metrics``."""
+    m = Metrics()
+    app.extensions["spo.metrics"] = m
+    app.before_request(_start_timer)
+    app.after_request(_record)
+    app.register_blueprint(bp)
+    for model in app.extensions["spo.models"]:
+        if model.batcher is not None:
+            model.batcher.on_batch = m.observe_microbatch
+    return m
+
+
+# -- the batch command -----------------------------------------------------------------------------
+def write_batch_textfile(path: str | Path, summary: Any) -> None:
+    """``spo extract --metrics-file``: the run's ``BatchSummary`` in the textfile-collector format
+    (node exporter's ``--collector.textfile.directory``; any ``*.prom`` file there is scraped).
+
+    Written atomically (a temporary file renamed over ``path``), so a collector never reads half.
+    """
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    registry = CollectorRegistry()
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        Gauge(name, doc, registry=registry).set(value)
+
+    gauge(
+        "spo_batch_records", "Records written by the run (error records included).", summary.records
+    )
+    gauge("spo_batch_errors", "Error records written by the run.", summary.errors)
+    gauge(
+        "spo_batch_skipped_records",
+        "Records already in the output when it resumed.",
+        summary.skipped,
+    )
+    gauge(
+        "spo_batch_duration_seconds",
+        "From the first record read to the last written.",
+        summary.seconds,
+    )
+    gauge("spo_batch_texts_per_second", "Records per second.", summary.texts_per_second)
+    gauge("spo_batch_model_load_seconds", "Time to load the model.", summary.load_seconds)
+    gauge(
+        "spo_batch_worker_recycles",
+        "Worker processes replaced (--recycle-after, RSS).",
+        summary.recycled,
+    )
+    gauge(
+        "spo_batch_worker_restarts", "Worker processes restarted after a crash.", summary.restarted
+    )
+    gauge("spo_batch_last_run_timestamp_seconds", "When the run ended (Unix time).", time.time())
+    write_to_textfile(str(path), registry)

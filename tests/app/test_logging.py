@@ -1,0 +1,142 @@
+"""One logging setup: text or JSON lines, the access line's fields, no input text unless asked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from click.testing import CliRunner
+from flask import Flask, request
+from flask.testing import FlaskClient
+
+from app.cli import main
+from app.logging import AccessLogger, JsonFormatter, TextFormatter, access_fields, access_message
+from app.settings import LogSettings, SettingsError
+
+SECRET = "李白出生于碎叶城。"
+
+
+class FakeResponse:
+    status = "200 OK"
+    sent = 321
+    headers: ClassVar = [("Content-Type", "application/json"), ("X-Request-ID", "rid-1")]
+
+
+def summary_of(client: FlaskClient, body: dict[str, Any]) -> dict[str, Any]:
+    """What the app left in the WSGI environ for gunicorn's access line."""
+    with client:  # keeps the request context after the answer
+        assert client.post("/v1/extract", json=body).status_code == 200
+        summary: dict[str, Any] = request.environ["spo.request"]
+    return summary
+
+
+def test_logging_request_summary_has_texts_tokens_and_buckets(client: FlaskClient) -> None:
+    summary = summary_of(client, {"texts": [SECRET, "北京"]})
+    assert summary["texts"] == 2
+    assert summary["tokens"] == len(SECRET) + 2
+    assert summary["buckets"] and all(b.count("x") == 1 for b in summary["buckets"])
+    assert "input" not in summary
+
+
+def test_logging_input_text_only_when_the_setting_says_so(
+    make_fake_app: Callable[..., Flask],
+) -> None:
+    assert "input" not in summary_of(make_fake_app().test_client(), {"text": SECRET})
+    on = summary_of(make_fake_app(log_input_text=True).test_client(), {"text": SECRET})
+    assert on["input"] == [SECRET]
+
+
+def test_logging_access_line_in_json_and_text() -> None:
+    environ = {
+        "REMOTE_ADDR": "10.0.0.1",
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/extract",
+        "spo.request": {"texts": 2, "tokens": 11, "buckets": ["2x16"]},
+    }
+    fields = access_fields(FakeResponse(), environ, 0.0123)
+    assert fields == {
+        "request_id": "rid-1",
+        "remote": "10.0.0.1",
+        "method": "POST",
+        "path": "/v1/extract",
+        "status": 200,
+        "latency_ms": 12.3,
+        "bytes": 321,
+        "texts": 2,
+        "tokens": 11,
+        "buckets": ["2x16"],
+    }
+    message = access_message(fields)
+    assert (
+        message == '10.0.0.1 "POST /v1/extract" 200 12.3ms texts=2 tokens=11 buckets=2x16 rid=rid-1'
+    )
+    record = logging.LogRecord("gunicorn.access", logging.INFO, __file__, 1, message, None, None)
+    record.access = fields
+    doc = json.loads(JsonFormatter().format(record))
+    assert doc["message"] == message
+    assert {k: doc[k] for k in fields} == fields
+    assert TextFormatter().format(record).endswith(message)
+
+
+def test_logging_access_logger_writes_one_line_per_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Cfg:
+        accesslog = "-"
+
+    logger = AccessLogger.__new__(AccessLogger)
+    logger.cfg = Cfg()
+    logger.access_log = logging.getLogger("test.access")
+    logger.error_log = logging.getLogger("test.error")
+    environ = {"REMOTE_ADDR": "127.0.0.1", "REQUEST_METHOD": "GET", "PATH_INFO": "/healthz"}
+    with caplog.at_level(logging.INFO, logger="test.access"):
+        logger.access(FakeResponse(), None, environ, timedelta(milliseconds=5))
+        Cfg.accesslog = None  # SPO_ACCESS_LOG=off
+        logger.access(FakeResponse(), None, environ, timedelta(milliseconds=5))
+    [record] = caplog.records
+    assert record.access["path"] == "/healthz"  # type: ignore[attr-defined]
+
+
+def test_logging_settings_alone_are_checked() -> None:
+    assert LogSettings.from_env({}) == LogSettings("text", "INFO")
+    assert LogSettings.from_env(
+        {"SPO_LOG_FORMAT": "JSON", "SPO_LOG_LEVEL": "debug"}
+    ) == LogSettings("json", "DEBUG")
+    with pytest.raises(SettingsError) as error:
+        LogSettings.from_env({"SPO_LOG_FORMAT": "xml", "SPO_LOG_LEVEL": "loud"})
+    assert len(error.value.problems) == 2
+
+
+def test_logging_cli_refuses_a_bad_log_format() -> None:
+    result = CliRunner().invoke(main, ["extract", "--help"], env={"SPO_LOG_FORMAT": "xml"})
+    assert result.exit_code == 2
+    assert "SPO_LOG_FORMAT" in result.output
+
+
+@pytest.mark.slow
+def test_logging_batch_command_logs_json_lines_without_input_text(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    spo = Path(sys.executable).with_name("spo")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_LOG_FORMAT": "json",
+    }
+    result = subprocess.run(
+        [str(spo), "extract", "-", "--workers", "0", "--model-dir", str(triples_model_dir),
+         "--metrics-file", str(tmp_path / "spo.prom")],
+        input=(SECRET + "\n").encode(), capture_output=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    ours = [line for line in result.stderr.decode().splitlines() if line.startswith("{")]
+    docs = [json.loads(line) for line in ours]
+    assert any(d["logger"] == "nlp.runtime" and "warm-up" in d["message"] for d in docs), ours
+    assert SECRET not in result.stderr.decode()
+    assert "spo_batch_records 1.0" in (tmp_path / "spo.prom").read_text()
