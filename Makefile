@@ -3,9 +3,10 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check format test test-fast serve bench demo-model clean
+.PHONY: help venv extra-spark check format test test-fast serve bench demo-model clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +23,12 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
+extra-spark: $(SPARK_STAMP)  ## install the optional spark extra (spo spark-extract)
+
+$(SPARK_STAMP): $(STAMP) requirements-spark.lock
+	$(BIN)/pip install -q -r requirements-spark.lock
+	@touch $@
+
 check: venv  ## lint, format check and type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -31,7 +38,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv  ## the whole test suite, slow and live tests included
+test: venv $(SPARK_STAMP)  ## the whole test suite, slow and live tests included
 	$(BIN)/pytest
 
 test-fast: venv  ## the suite without slow and live tests
