@@ -36,7 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,11 +51,18 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.batch.output import dumps_line
 from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
 from app.batch.stream import extract_windows
-from app.batch.workers import ExtractorLike, InlineExecutor, LoadSpec, Outcome, load_extractor
-from app.settings import DEFAULT_MODEL_DIR, PRECISIONS
+from app.batch.workers import ExtractorFactory, InlineExecutor, Outcome, WorkSpec
+from app.settings import DEFAULT_MODEL_DIR
+from nlp.config import (
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    LoadOptions,
+    load_extractor,
+)
 from nlp.errors import InvalidInput, SpoError
 from nlp.manifest import load_manifest, resolve_vocab
-from nlp.pipeline import DEFAULT_MAX_TEXT_CHARS, check_text
+from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +119,7 @@ class SparkExtractError(Exception):
 
 # --- worker side: one extractor per Python process ---------------------------------------------
 
-_EXECUTORS: dict[LoadSpec, InlineExecutor] = {}
+_EXECUTORS: dict[WorkSpec, InlineExecutor] = {}
 
 
 @dataclass(frozen=True)
@@ -121,13 +128,12 @@ class _Job:
 
     model: str  # an absolute path every node sees, or the name of a directory shipped with addFile
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
+    text_field: str = "text"
     window: int = 2048
     chunk_size: int = 64
 
-    def outcomes(
-        self, records: list[Record], factory: Callable[[LoadSpec], ExtractorLike]
-    ) -> list[Outcome]:
+    def outcomes(self, records: list[Record], factory: ExtractorFactory) -> list[Outcome]:
         """The outcome of each record, in order, through this process's one extractor."""
         executor = _executor_for(self._spec(), factory)
         return [
@@ -138,18 +144,19 @@ class _Job:
             for _, outcome in pairs
         ]
 
-    def _spec(self) -> LoadSpec:
+    def _spec(self) -> WorkSpec:
         context = TaskContext.get()
-        return LoadSpec(
+        options = LoadOptions(
             model_dir=_resolve_model(self.model),
-            max_text_chars=self.max_text_chars,
             precision=self.precision,
             intra_op_threads=max(1, context.cpus()) if context is not None else None,
             inter_op_threads=1,
+            max_text_chars=self.max_text_chars,
         )
+        return WorkSpec(options, text_field=self.text_field)
 
 
-def _executor_for(spec: LoadSpec, factory: Callable[[LoadSpec], ExtractorLike]) -> InlineExecutor:
+def _executor_for(spec: WorkSpec, factory: ExtractorFactory) -> InlineExecutor:
     executor = _EXECUTORS.get(spec)
     if executor is None:
         started = time.perf_counter()
@@ -159,7 +166,7 @@ def _executor_for(spec: LoadSpec, factory: Callable[[LoadSpec], ExtractorLike]) 
         logger.info(
             "pid %d: model %s loaded in %.1f s",
             os.getpid(),
-            spec.model_dir,
+            spec.options.model_dir,
             time.perf_counter() - started,
         )
     return executor
@@ -197,8 +204,8 @@ def extract_dataframe(
     id_col: str = "id",
     text_col: str = "text",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    precision: str = "fp32",
-    factory: Callable[[LoadSpec], ExtractorLike] = load_extractor,
+    precision: str = DEFAULT_PRECISION,
+    factory: ExtractorFactory = load_extractor,
 ) -> DataFrame:
     """``df``'s ``id_col`` (as ``id``, any type, passed through) with ``entities``, ``triples``, ``error``.
 
@@ -209,7 +216,7 @@ def extract_dataframe(
     missing = [c for c in (id_col, text_col) if c not in df.columns]
     if missing:
         raise SparkExtractError(f"the DataFrame has no column {', '.join(missing)} ({df.columns})")
-    job = _job(model, max_text_chars, precision)
+    job = _job(model, max_text_chars, precision, text_col)
     fields = T.StructType([T.StructField("id", df.schema[id_col].dataType), *RESULT_FIELDS])
     schema = to_arrow_schema(fields)
 
@@ -228,7 +235,7 @@ def extract_dataframe(
     return selected.mapInArrow(run, fields)
 
 
-def _job(model: str | Path, max_text_chars: int, precision: str) -> _Job:
+def _job(model: str | Path, max_text_chars: int, precision: str, text_field: str) -> _Job:
     if precision not in PRECISIONS:
         raise SparkExtractError(
             f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
@@ -236,7 +243,8 @@ def _job(model: str | Path, max_text_chars: int, precision: str) -> _Job:
     if max_text_chars < 1:
         raise SparkExtractError("max_text_chars must be positive")
     path = Path(model)
-    return _Job(str(path.resolve()) if path.is_dir() else str(model), max_text_chars, precision)
+    model = str(path.resolve()) if path.is_dir() else str(model)
+    return _Job(model, max_text_chars, precision, text_field)
 
 
 def ship_model(spark: SparkSession, model_dir: str | Path) -> str:
@@ -276,7 +284,7 @@ class SparkExtractOptions:
     id_field: str = "id"
     partitions: int | None = None
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     ship_model: bool = False
     force: bool = False
 
@@ -470,13 +478,14 @@ def extract_records(
     model: str | Path,
     *,
     output_format: str = "jsonl",
+    text_field: str = "text",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    precision: str = "fp32",
-    factory: Callable[[LoadSpec], ExtractorLike] = load_extractor,
+    precision: str = DEFAULT_PRECISION,
+    factory: ExtractorFactory = load_extractor,
 ) -> DataFrame:
     """The output rows of ``read_records``' records: ``(seq, line)`` for JSON lines, else
     ``(seq, id, entities, triples, error)`` with ``id`` a string (JSON text when not one)."""
-    job = _job(model, max_text_chars, precision)
+    job = _job(model, max_text_chars, precision, text_field)
     if output_format == "jsonl":
         fields = _LINES
     else:
@@ -521,7 +530,7 @@ def run_spark_extract(
     spark: SparkSession,
     options: SparkExtractOptions,
     *,
-    factory: Callable[[LoadSpec], ExtractorLike] = load_extractor,
+    factory: ExtractorFactory = load_extractor,
 ) -> SparkSummary:
     """Extract from every line of ``options.inputs`` into ``options.output``; see the module doc."""
     problems = options.problems()
@@ -549,6 +558,7 @@ def run_spark_extract(
         records,
         model,
         output_format=options.output_format,
+        text_field=options.text_field,
         max_text_chars=options.max_text_chars,
         precision=options.precision,
         factory=factory,

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import click
 
-from app.settings import DEFAULT_MODEL_DIR, PRECISIONS
+from app.options import precision_option
+from app.settings import DEFAULT_MODEL_DIR
+from nlp.config import DEFAULT_MAX_TEXT_CHARS
 
 INSTALL_HINT = "pip install 'spo-service[spark]' (or: make spark-venv)"
 
@@ -67,11 +69,11 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (or: make spark-venv)"
 @click.option(
     "--max-text-chars",
     type=click.IntRange(1),
-    default=10_000,
+    default=DEFAULT_MAX_TEXT_CHARS,
     show_default=True,
     help="Longer texts get a text_too_long error row.",
 )
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@precision_option()
 @click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT.")
 @click.option(
     "--conf",
