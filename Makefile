@@ -4,9 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ONNX_STAMP := $(VENV)/.installed-onnx
+SPARK_STAMP := $(VENV)/.installed-spark
 
 .DEFAULT_GOAL := help
-.PHONY: help venv extra-onnx check format test test-fast serve bench demo-model ner-model clean
+.PHONY: help venv extra-onnx extra-spark check format test test-fast serve bench demo-model ner-model clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,6 +30,12 @@ $(ONNX_STAMP): $(STAMP) requirements-onnx.lock
 	$(BIN)/pip install -q -r requirements-onnx.lock
 	@touch $@
 
+extra-spark: $(SPARK_STAMP)  ## install the optional spark extra (spo spark-extract)
+
+$(SPARK_STAMP): $(STAMP) requirements-spark.lock
+	$(BIN)/pip install -q -r requirements-spark.lock
+	@touch $@
+
 check: venv  ## lint, format check and type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -38,7 +45,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv $(ONNX_STAMP)  ## the whole test suite, slow and live tests included
+test: venv $(ONNX_STAMP) $(SPARK_STAMP)  ## the whole test suite, slow and live tests included
 	$(BIN)/pytest
 
 test-fast: venv  ## the suite without slow and live tests

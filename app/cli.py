@@ -41,3 +41,6 @@ for _command in _model_commands:
 from app.batch.command import extract  # noqa: E402
 
 main.add_command(extract)
+from app.sparkcli import spark_extract  # noqa: E402
+
+main.add_command(spark_extract)

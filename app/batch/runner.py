@@ -1,8 +1,9 @@
 """``run_batch``: the streaming pipeline behind ``spo extract``, a plain function.
 
-read lines -> select the shard -> skip what a resumed output holds -> windows of ``window`` records ->
-parse (bad lines become error records) -> sort each window's texts by length, cut into chunks ->
-executor (in process or worker processes) -> restore input order -> write and checkpoint each window.
+read lines -> select the shard -> skip what a resumed output holds -> parse (bad lines become error
+records) -> ``app.batch.stream.extract_windows`` (windows of ``window`` records, sorted by length, cut
+into chunks, run by the executor in this process or in worker processes, input order restored) ->
+write and checkpoint each window.
 
 Memory is bounded by the window size, whatever the input size: at most a few windows are in flight.
 Windows are counted from the first selected record, so a resumed run cuts exactly the same windows
@@ -18,10 +19,9 @@ import json
 import logging
 import time
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -48,13 +48,12 @@ from app.batch.records import (
     parse_line,
     source_for,
 )
+from app.batch.stream import extract_windows
 from app.batch.workers import (
     ExtractorFactory,
     InlineExecutor,
-    Outcome,
     ProcessExecutor,
     WorkSpec,
-    error_outcome,
 )
 from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
 from app.sizing import Machine, estimate_worker_rss_mib, plan
@@ -168,13 +167,6 @@ class BatchError(Exception):
     """The run cannot start or go on (bad options, unreadable input, output refused, model)."""
 
 
-@dataclass
-class _Window:
-    records: list[Record]
-    outcomes: list[Outcome | None] = field(default_factory=list)
-    pending: int = 0
-
-
 def run_batch(
     options: BatchOptions,
     *,
@@ -286,52 +278,20 @@ def _run(
                 f"({json.dumps(output.checkpoint.last_id)}); the input changed (use --force)"
             )
 
-    windows: deque[_Window] = deque()
-    chunk_map: dict[int, tuple[_Window, list[int]]] = {}
-    chunk_ids = itertools.count()
-
-    def chunks() -> Iterator[tuple[int, list[str]]]:
-        for batch in _batched(lines, options.window):
-            window = _Window([_parse(item, options) for item in batch])
-            window.outcomes = [
-                error_outcome(r.error) if r.error is not None else None for r in window.records
-            ]
-            valid = [i for i, r in enumerate(window.records) if r.error is None]
-            valid.sort(key=lambda i: len(window.records[i].text or ""))
-            cuts = [
-                valid[i : i + options.chunk_size] for i in range(0, len(valid), options.chunk_size)
-            ]
-            window.pending = len(cuts)
-            windows.append(window)
-            flush()  # a window of error records only is complete already
-            for positions in cuts:
-                chunk_id = next(chunk_ids)
-                chunk_map[chunk_id] = (window, positions)
-                yield chunk_id, [window.records[i].text or "" for i in positions]
-
-    def flush() -> None:
-        while windows and windows[0].pending == 0:
-            window = windows.popleft()
-            outcomes = [o for o in window.outcomes if o is not None]
-            assert len(outcomes) == len(window.records)
-            data = b"".join(
-                dumps_line(r.id, o) for r, o in zip(window.records, outcomes, strict=True)
-            )
-            errors = sum(map(is_error, outcomes))
-            output.write_window(data, len(window.records), errors, window.records[-1].id)
-            summary.records += len(window.records)
-            summary.errors += errors
-            bar.update(sum(r.error is not None for r in window.records))
-
-    for chunk_id, outcomes in executor.map_unordered(chunks()):
-        window, positions = chunk_map.pop(chunk_id)
-        for i, outcome in zip(positions, outcomes, strict=True):
-            window.outcomes[i] = outcome
-        window.pending -= 1
-        bar.update(len(positions))
-        flush()
-    flush()
-    assert not windows and not chunk_map
+    records = (_parse(item, options) for item in lines)
+    for pairs in extract_windows(
+        records,
+        executor,
+        window=options.window,
+        chunk_size=options.chunk_size,
+        on_chunk=bar.update,
+    ):
+        data = b"".join(dumps_line(r.id, o) for r, o in pairs)
+        errors = sum(is_error(o) for _, o in pairs)
+        output.write_window(data, len(pairs), errors, pairs[-1][0].id)
+        summary.records += len(pairs)
+        summary.errors += errors
+        bar.update(sum(r.error is not None for r, _ in pairs))
 
 
 def _parse(item: tuple[Source, int, bytes | None], options: BatchOptions) -> Record:
@@ -371,11 +331,6 @@ def _selected_lines(
                 f"{source.name}: cannot read past line {line_no}: {exc}"
                 " (the output so far is complete and resumable)"
             ) from exc
-
-
-def _batched(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    while batch := list(itertools.islice(items, size)):
-        yield batch
 
 
 def _total(sources: list[Source], options: BatchOptions) -> int | None:

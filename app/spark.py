@@ -1,0 +1,617 @@
+"""Batch extraction on Apache Spark: the batch command's code path, one model per Python worker.
+
+Two entry points, both over ``mapInArrow`` (Arrow batches in and out):
+
+- ``extract_dataframe(df, model, ...)``: a DataFrame with an id and a text column in; the id with
+  ``entities``, ``triples`` and ``error`` (nested structs) out. For tables users already have.
+- ``run_spark_extract(spark, options)`` (``spo spark-extract``): text or JSON lines files in; the rows
+  ``spo extract`` writes out: JSON lines (each line byte-identical to ``spo extract``'s) or Parquet.
+
+The code that runs in the Python workers is ``spo extract``'s: lines are parsed by
+``app.batch.records.parse_line`` (a bad line becomes the same error record), and windows, length
+sorting, chunking and per-text error isolation come from ``app.batch.stream.extract_windows`` over the
+same ``Extractor`` (tokenization, buckets, decoding). Bad records are error rows, never a failed task.
+
+**One model per Python worker process.** A worker loads one ``Extractor`` the first time a task needs
+it and keeps it in a module global for every later task and partition (Spark reuses Python workers:
+``spark.python.worker.reuse``, on by default). Nothing TensorFlow is pickled from the driver; a task
+carries a plain ``_Job``. TensorFlow's intra-op threads are the task's CPUs (``spark.task.cpus``), so an
+executor with C cores runs C / task.cpus models side by side without oversubscribing its cores.
+
+**Line numbers without a shuffle.** A text line's id is its line number, which no Spark file source
+reports. The driver first counts the lines of every input split (``_metadata.file_path`` and
+``file_block_start``: one small row per split), then each task numbers its lines from its split's base,
+as ``zipWithIndex`` does for one RDD, but per file. Lines are read as raw bytes (the text source cast
+to binary; only ``\\n`` ends a line, as in ``spo extract``), so invalid UTF-8 is reported, not replaced.
+
+This module imports ``pyspark`` (the optional ``spark`` extra); nothing in the service imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import SparkFiles, TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from app.batch.output import dumps_line
+from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
+from app.batch.stream import extract_windows
+from app.batch.workers import ExtractorFactory, InlineExecutor, Outcome, WorkSpec
+from app.settings import DEFAULT_MODEL_DIR
+from nlp.config import (
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    LoadOptions,
+    load_extractor,
+)
+from nlp.errors import InvalidInput, SpoError
+from nlp.manifest import load_manifest, resolve_vocab
+from nlp.validation import check_text
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_FORMATS = ("jsonl", "parquet")
+INPUT_FORMATS = ("auto", *FORMATS)
+
+_SPAN = T.StructType(
+    [
+        T.StructField("text", T.StringType()),
+        T.StructField("start", T.IntegerType()),
+        T.StructField("end", T.IntegerType()),
+        T.StructField("type", T.StringType()),
+    ]
+)
+#: The columns ``extract_dataframe`` returns after ``id``, and the Parquet output holds.
+RESULT_FIELDS = (
+    T.StructField("entities", T.ArrayType(_SPAN)),
+    T.StructField(
+        "triples",
+        T.ArrayType(
+            T.StructType(
+                [
+                    T.StructField("subject", _SPAN),
+                    T.StructField("predicate", T.StringType()),
+                    T.StructField("object", _SPAN),
+                ]
+            )
+        ),
+    ),
+    T.StructField(
+        "error",
+        T.StructType(
+            [T.StructField("code", T.StringType()), T.StructField("message", T.StringType())]
+        ),
+    ),
+)
+# Input lines once parsed: what flows from the parse stage to the extract stage.
+_PARSED = T.StructType(
+    [
+        T.StructField("seq", T.LongType()),  # input order: file index << 40 | line number
+        T.StructField("id", T.StringType()),  # the record's id as JSON text
+        T.StructField("text", T.StringType()),
+        T.StructField("error_code", T.StringType()),
+        T.StructField("error_message", T.StringType()),
+    ]
+)
+_SEQ_SHIFT = 40
+_LINES = T.StructType([T.StructField("seq", T.LongType()), T.StructField("line", T.StringType())])
+
+
+class SparkExtractError(Exception):
+    """The job cannot start: bad options, no input, an output that exists, a model that cannot load."""
+
+
+# --- worker side: one extractor per Python process ---------------------------------------------
+
+_EXECUTORS: dict[WorkSpec, InlineExecutor] = {}
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every task needs: plain values, pickled to the workers."""
+
+    model: str  # an absolute path every node sees, or the name of a directory shipped with addFile
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    precision: str = DEFAULT_PRECISION
+    text_field: str = "text"
+    window: int = 2048
+    chunk_size: int = 64
+
+    def outcomes(self, records: list[Record], factory: ExtractorFactory) -> list[Outcome]:
+        """The outcome of each record, in order, through this process's one extractor."""
+        executor = _executor_for(self._spec(), factory)
+        return [
+            outcome
+            for pairs in extract_windows(
+                records, executor, window=self.window, chunk_size=self.chunk_size
+            )
+            for _, outcome in pairs
+        ]
+
+    def _spec(self) -> WorkSpec:
+        context = TaskContext.get()
+        options = LoadOptions(
+            model_dir=_resolve_model(self.model),
+            precision=self.precision,
+            intra_op_threads=max(1, context.cpus()) if context is not None else None,
+            inter_op_threads=1,
+            max_text_chars=self.max_text_chars,
+        )
+        return WorkSpec(options, text_field=self.text_field)
+
+
+def _executor_for(spec: WorkSpec, factory: ExtractorFactory) -> InlineExecutor:
+    executor = _EXECUTORS.get(spec)
+    if executor is None:
+        started = time.perf_counter()
+        executor = InlineExecutor(factory, spec)
+        executor.start()
+        _EXECUTORS[spec] = executor
+        logger.info(
+            "pid %d: model %s loaded in %.1f s",
+            os.getpid(),
+            spec.options.model_dir,
+            time.perf_counter() - started,
+        )
+    return executor
+
+
+def _resolve_model(model: str) -> Path:
+    path = Path(model)
+    if path.is_absolute():
+        return path
+    return Path(SparkFiles.get(model))
+
+
+def _results(outcomes: list[Outcome]) -> dict[str, list[Any]]:
+    """The ``entities``, ``triples`` and ``error`` columns of ``outcomes``."""
+    columns: dict[str, list[Any]] = {f.name: [] for f in RESULT_FIELDS}
+    for outcome in outcomes:
+        doc = json.loads(b"{" + outcome + b"}")
+        for name, values in columns.items():
+            values.append(doc.get(name))
+    return columns
+
+
+def _result_arrays(outcomes: list[Outcome], schema: pa.Schema) -> list[pa.Array]:
+    columns = _results(outcomes)
+    return [pa.array(columns[f.name], f.type) for f in schema if f.name in columns]
+
+
+# --- a DataFrame of texts ----------------------------------------------------------------------
+
+
+def extract_dataframe(
+    df: DataFrame,
+    model: str | Path,
+    *,
+    id_col: str = "id",
+    text_col: str = "text",
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+    precision: str = DEFAULT_PRECISION,
+    factory: ExtractorFactory = load_extractor,
+) -> DataFrame:
+    """``df``'s ``id_col`` (as ``id``, any type, passed through) with ``entities``, ``triples``, ``error``.
+
+    ``model`` is a model directory every executor sees (shared storage), or the name of one shipped
+    with ``ship_model``. A null text is an ``invalid_input`` error row, as a missing text in
+    ``spo extract``. Each Arrow batch is one run of ``extract_windows``.
+    """
+    missing = [c for c in (id_col, text_col) if c not in df.columns]
+    if missing:
+        raise SparkExtractError(f"the DataFrame has no column {', '.join(missing)} ({df.columns})")
+    job = _job(model, max_text_chars, precision, text_col)
+    fields = T.StructType([T.StructField("id", df.schema[id_col].dataType), *RESULT_FIELDS])
+    schema = to_arrow_schema(fields)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            records = [
+                Record(i, t)
+                if t is not None
+                else Record(i, None, InvalidInput(f"{text_col} is null", field=text_col))
+                for i, t in enumerate(batch.column(1).to_pylist())
+            ]
+            arrays = _result_arrays(job.outcomes(records, factory), schema)
+            yield pa.RecordBatch.from_arrays([batch.column(0), *arrays], schema=schema)
+
+    selected = df.select(F.col(id_col).alias("id"), F.col(text_col).cast("string").alias("text"))
+    return selected.mapInArrow(run, fields)
+
+
+def _job(model: str | Path, max_text_chars: int, precision: str, text_field: str) -> _Job:
+    if precision not in PRECISIONS:
+        raise SparkExtractError(
+            f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+        )
+    if max_text_chars < 1:
+        raise SparkExtractError("max_text_chars must be positive")
+    path = Path(model)
+    model = str(path.resolve()) if path.is_dir() else str(model)
+    return _Job(model, max_text_chars, precision, text_field)
+
+
+def ship_model(spark: SparkSession, model_dir: str | Path) -> str:
+    """Send ``model_dir`` to every executor with ``addFile``; returns the name tasks find it under.
+
+    The copy is self-contained: a vocab the manifest finds outside the directory is copied in at its
+    relative path, so the manifest (and its vocab sha256 check) reads the same on every node.
+    """
+    source = Path(model_dir).resolve()
+    manifest = load_manifest(source)  # refuses a broken model here, not in every task
+    raw = json.loads((source / "model.json").read_text(encoding="utf-8"))
+    staging = Path(tempfile.mkdtemp(prefix="spo-spark-model-"))
+    name = f"spo-model-{manifest.name}-{manifest.version}"
+    target = staging / name
+    shutil.copytree(source, target)
+    vocab_rel = raw["vocab"]["path"]
+    if not Path(vocab_rel).is_absolute() and not (target / vocab_rel).is_file():
+        (target / vocab_rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(resolve_vocab(source, vocab_rel), target / vocab_rel)
+    spark.sparkContext.addFile(str(target), recursive=True)
+    return name
+
+
+# --- text and JSON lines files -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SparkExtractOptions:
+    """Everything ``spo spark-extract`` can be told (see its ``--help``)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    model_dir: Path = DEFAULT_MODEL_DIR
+    input_format: str = "auto"
+    output_format: str = "jsonl"
+    text_field: str = "text"
+    id_field: str = "id"
+    partitions: int | None = None
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
+    precision: str = DEFAULT_PRECISION
+    ship_model: bool = False
+    force: bool = False
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.inputs:
+            out.append("at least one input is needed")
+        if self.input_format not in INPUT_FORMATS:
+            out.append(f"--input-format must be one of {', '.join(INPUT_FORMATS)}")
+        if self.output_format not in OUTPUT_FORMATS:
+            out.append(f"--format must be one of {', '.join(OUTPUT_FORMATS)}")
+        if self.partitions is not None and self.partitions < 1:
+            out.append("--partitions must be positive")
+        if self.precision not in PRECISIONS:
+            out.append(f"--precision must be one of {', '.join(PRECISIONS)}")
+        if self.max_text_chars < 1:
+            out.append("--max-text-chars must be positive")
+        if not self.text_field or not self.id_field:
+            out.append("--text-field and --id-field must not be empty")
+        return out
+
+
+@dataclass
+class SparkSummary:
+    records: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    output: str = ""
+
+    def line(self) -> str:
+        rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"spo spark-extract: {self.records} records, {self.errors} errors in "
+            f"{self.seconds:.1f} s ({rate:.1f} texts/s) -> {self.output}"
+        )
+
+
+class _ParseError(SpoError):
+    """A parse error carried from the parse stage to the extract stage, code and message intact."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def read_records(
+    spark: SparkSession,
+    inputs: tuple[str, ...] | list[str],
+    *,
+    input_format: str = "auto",
+    text_field: str = "text",
+    id_field: str = "id",
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> DataFrame:
+    """Every line of ``inputs`` (files, directories or globs) as a parsed record, in input order.
+
+    Columns: ``seq`` (input order), ``id`` (JSON text), ``text``, ``error_code``, ``error_message``.
+    Ids are those ``spo extract`` gives: the line number (text files, or JSON lines without an id),
+    prefixed ``"FILE:"`` when the inputs hold several files.
+    """
+    reader = spark.read.option("lineSep", "\n")
+    try:
+        files = sorted(reader.text(list(inputs)).inputFiles())
+    except Exception as exc:  # AnalysisException: path does not exist, ...
+        raise SparkExtractError(f"cannot read the input: {_first_line(exc)}") from None
+    if not files:
+        raise SparkExtractError(f"no input files in {', '.join(inputs)}")
+    try:
+        sources = [source_for(_display(f), input_format) for f in files]
+    except ValueError:
+        unknown = next(f for f in files if _guess_fails(f))
+        raise SparkExtractError(
+            f"{_display(unknown)}: cannot tell the format from the name; "
+            "use --input-format txt or jsonl"
+        ) from None
+    lines = reader.text(files).select(
+        F.col("_metadata.file_path").alias("path"),
+        F.col("_metadata.file_block_start").alias("start"),
+        F.col("value").cast("binary").alias("raw"),
+    )
+    bases = _split_bases(lines)
+    file_index = {_display(f): i for i, f in enumerate(files)}
+    prefix_ids = len(files) > 1
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        seen: dict[tuple[str, int], int] = {}
+        for batch in batches:
+            out: dict[str, list[Any]] = {f.name: [] for f in _PARSED.fields}
+            for path, start, raw in zip(
+                *(batch.column(i).to_pylist() for i in range(3)), strict=True
+            ):
+                key = (_display(path), start)
+                line_no = bases[key] + seen.get(key, 0) + 1
+                seen[key] = seen.get(key, 0) + 1
+                index = file_index[key[0]]
+                source = sources[index]
+                limit = line_limit(source.format, max_text_chars)
+                if line_no == 1:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")
+                record = _checked(
+                    parse_line(
+                        source,
+                        line_no,
+                        None if len(raw) > limit else raw + b"\n",
+                        text_field=text_field,
+                        id_field=id_field,
+                        prefix_ids=prefix_ids,
+                    ),
+                    max_text_chars,
+                    text_field,
+                )
+                out["seq"].append(index << _SEQ_SHIFT | line_no)
+                out["id"].append(json.dumps(record.id))  # ASCII: a lone surrogate survives Arrow
+                out["text"].append(record.text)
+                out["error_code"].append(record.error.code if record.error else None)
+                out["error_message"].append(record.error.message if record.error else None)
+            yield pa.RecordBatch.from_pydict(out, schema=to_arrow_schema(_PARSED))
+
+    return lines.mapInArrow(parse, _PARSED)
+
+
+def _checked(record: Record, max_text_chars: int, field: str) -> Record:
+    """``record``, or its error record if its text fails the extractor's own check.
+
+    The check ``spo extract`` runs before the model, run here so that a text Arrow cannot carry (a
+    lone surrogate from a JSON escape) never leaves this stage; the error is the same.
+    """
+    if record.error is not None:
+        return record
+    try:
+        check_text(record.text, max_text_chars, field)
+    except SpoError as exc:
+        return Record(record.id, None, exc)
+    return record
+
+
+def _split_bases(lines: DataFrame) -> dict[tuple[str, int], int]:
+    """For each (file, split start): how many lines of that file come before the split."""
+    counts = lines.groupBy("path", "start").count().collect()
+    bases: dict[tuple[str, int], int] = {}
+    running: dict[str, int] = {}
+    for row in sorted(counts, key=lambda r: (r["path"], r["start"])):
+        path = _display(row["path"])
+        bases[(path, row["start"])] = running.get(path, 0)
+        running[path] = running.get(path, 0) + row["count"]
+    return bases
+
+
+def _guess_fails(path: str) -> bool:
+    try:
+        source_for(_display(path))
+    except ValueError:
+        return True
+    return False
+
+
+def _display(path: str) -> str:
+    """A file's name as ids show it: a local path without its ``file:`` scheme, else the URI."""
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return path
+
+
+def _id_text(value: Any) -> str:
+    """A Parquet ``id``: a string id as is, any other id as its JSON (ASCII if it holds a surrogate)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` exists on its file system (local, HDFS, S3...), asked through Hadoop."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def extract_records(
+    records: DataFrame,
+    model: str | Path,
+    *,
+    output_format: str = "jsonl",
+    text_field: str = "text",
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+    precision: str = DEFAULT_PRECISION,
+    factory: ExtractorFactory = load_extractor,
+) -> DataFrame:
+    """The output rows of ``read_records``' records: ``(seq, line)`` for JSON lines, else
+    ``(seq, id, entities, triples, error)`` with ``id`` a string (JSON text when not one)."""
+    job = _job(model, max_text_chars, precision, text_field)
+    if output_format == "jsonl":
+        fields = _LINES
+    else:
+        fields = T.StructType(
+            [
+                T.StructField("seq", T.LongType()),
+                T.StructField("id", T.StringType()),
+                *RESULT_FIELDS,
+            ]
+        )
+    schema = to_arrow_schema(fields)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = batch.to_pydict()
+            ids = [json.loads(i) for i in rows["id"]]
+            records = [
+                Record(i, t, None if code is None else _ParseError(code, message))
+                for i, t, code, message in zip(
+                    ids, rows["text"], rows["error_code"], rows["error_message"], strict=True
+                )
+            ]
+            outcomes = job.outcomes(records, factory)
+            seq = batch.column("seq")
+            if output_format == "jsonl":
+                lines = [
+                    dumps_line(i, o)[:-1].decode("utf-8")
+                    for i, o in zip(ids, outcomes, strict=True)
+                ]
+                yield pa.RecordBatch.from_arrays([seq, pa.array(lines, pa.string())], schema=schema)
+            else:
+                id_text = [_id_text(i) for i in ids]
+                arrays = _result_arrays(outcomes, schema)
+                yield pa.RecordBatch.from_arrays(
+                    [seq, pa.array(id_text, pa.string()), *arrays], schema=schema
+                )
+
+    return records.mapInArrow(run, fields)
+
+
+def run_spark_extract(
+    spark: SparkSession,
+    options: SparkExtractOptions,
+    *,
+    factory: ExtractorFactory = load_extractor,
+) -> SparkSummary:
+    """Extract from every line of ``options.inputs`` into ``options.output``; see the module doc."""
+    problems = options.problems()
+    if problems:
+        raise SparkExtractError("; ".join(problems))
+    try:
+        load_manifest(options.model_dir)
+    except SpoError as exc:
+        raise SparkExtractError(f"cannot load the model: {exc.message}") from None
+    if not options.force and _exists(spark, options.output):
+        raise SparkExtractError(f"{options.output} exists; use --force to overwrite it")
+    model = ship_model(spark, options.model_dir) if options.ship_model else options.model_dir
+    started = time.perf_counter()
+    records = read_records(
+        spark,
+        options.inputs,
+        input_format=options.input_format,
+        text_field=options.text_field,
+        id_field=options.id_field,
+        max_text_chars=options.max_text_chars,
+    )
+    if options.partitions:
+        records = records.repartitionByRange(options.partitions, "seq").sortWithinPartitions("seq")
+    rows = extract_records(
+        records,
+        model,
+        output_format=options.output_format,
+        text_field=options.text_field,
+        max_text_chars=options.max_text_chars,
+        precision=options.precision,
+        factory=factory,
+    )
+    mode = "overwrite" if options.force else "errorifexists"
+    try:
+        if options.output_format == "jsonl":
+            rows.select("line").write.mode(mode).text(options.output)
+        else:
+            rows.drop("seq").write.mode(mode).parquet(options.output)
+    except Exception as exc:
+        message = _first_line(exc)
+        if "already exists" in message:
+            raise SparkExtractError(
+                f"{options.output} exists; use --force to overwrite it"
+            ) from None
+        raise
+    summary = SparkSummary(seconds=time.perf_counter() - started, output=options.output)
+    if options.output_format == "jsonl":
+        written = spark.read.text(options.output)
+        is_err = F.get_json_object("value", "$.error.code").isNotNull()
+    else:
+        written = spark.read.parquet(options.output)
+        is_err = F.col("error").isNotNull()
+    counts = written.agg(F.count(F.lit(1)), F.sum(is_err.cast("long"))).first()
+    assert counts is not None  # an aggregate has one row
+    summary.records, summary.errors = int(counts[0]), int(counts[1] or 0)
+    return summary
+
+
+def session(
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    app_name: str = "spo-spark-extract",
+) -> SparkSession:
+    """A SparkSession: ``master`` overrides what ``spark-submit`` set (else ``local[*]``).
+
+    Outside ``spark-submit`` on a local master, the Python workers run this interpreter, so they find
+    this environment's packages; on a cluster, ship an environment as docs/spark.md shows.
+    """
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master:
+        builder = builder.master(master)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
+    if (master or "local").startswith("local") and not submitted:
+        # Read by SparkContext when it starts the Python workers (the conf key is spark-submit's).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+if __name__ == "__main__":  # spark-submit app/spark.py INPUTS... OUTPUT [options]
+    from app.sparkcli import spark_extract
+
+    spark_extract()

@@ -1,0 +1,161 @@
+"""``spo spark-extract``: the thin click command over ``app.spark.run_spark_extract``.
+
+``pyspark`` is an optional extra: it is imported when the command runs, so ``spo --help`` and every
+other command work without it, and this one says how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import click
+
+from app.options import precision_option
+from app.settings import DEFAULT_MODEL_DIR
+from nlp.config import DEFAULT_MAX_TEXT_CHARS
+
+INSTALL_HINT = "pip install 'spo-service[spark]' (or: make spark-venv)"
+
+
+@click.command("spark-extract")
+@click.argument("inputs", nargs=-1, required=True)
+@click.argument("output")
+@click.option(
+    "--master",
+    metavar="URL",
+    help="Spark master (local[N], spark://HOST:PORT, yarn, k8s://...); default: what spark-submit "
+    "set, else local[*].",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    help="Tasks that run the model (default: one per input split). Order is kept either way.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["jsonl", "parquet"]),
+    default="jsonl",
+    show_default=True,
+    help="Output: JSON lines (spo extract's lines) or Parquet (nested entities/triples/error).",
+)
+@click.option(
+    "-m",
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_MODEL_DIR,
+    show_default=True,
+    help="Model directory; it must be on storage every node sees, unless --ship-model.",
+)
+@click.option(
+    "--ship-model",
+    is_flag=True,
+    help="Send the model directory to the executors with the job (SparkContext.addFile).",
+)
+@click.option(
+    "--input-format",
+    type=click.Choice(["auto", "txt", "jsonl"]),
+    default="auto",
+    show_default=True,
+    help="auto: from each file's suffix (.txt, .jsonl, .ndjson, .json, also .gz).",
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="JSONL field holding the text."
+)
+@click.option("--id-field", default="id", show_default=True, help="JSONL field holding the id.")
+@click.option(
+    "--max-text-chars",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_TEXT_CHARS,
+    show_default=True,
+    help="Longer texts get a text_too_long error row.",
+)
+@precision_option()
+@click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT.")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra Spark configuration (repeatable), e.g. --conf spark.task.cpus=2.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+def spark_extract(
+    inputs: tuple[str, ...],
+    output: str,
+    master: str | None,
+    partitions: int | None,
+    output_format: str,
+    model_dir: Path,
+    ship_model: bool,
+    input_format: str,
+    text_field: str,
+    id_field: str,
+    max_text_chars: int,
+    precision: str,
+    force: bool,
+    confs: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Extract from INPUTS (files, directories or globs Spark can read) into OUTPUT on Spark.
+
+    \b
+    Inputs: text lines (id = line number) or JSON lines {"id": ..., "text": ...}, as spo extract.
+    OUTPUT: a directory of part files, one row per input line, in input order:
+            {"id", "entities", "triples"} or {"id", "error": {"code", "message"}}.
+    A bad record is an error row, never a failed job. See docs/spark.md.
+    """
+    try:
+        from app import spark as spo_spark
+    except ImportError as exc:
+        raise click.ClickException(
+            f"spark-extract needs PySpark ({exc.name} is missing): {INSTALL_HINT}"
+        ) from None
+    if shutil.which("java") is None and not _java_home():
+        raise click.ClickException(
+            "Spark needs a Java runtime (17 or 21): apt-get install openjdk-17-jre-headless"
+        )
+    settings: dict[str, str] = {}
+    for conf in confs:
+        key, sep, value = conf.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {conf!r}", param_hint="--conf")
+        settings[key] = value
+    options = spo_spark.SparkExtractOptions(
+        inputs=inputs,
+        output=output,
+        model_dir=model_dir,
+        input_format=input_format,
+        output_format=output_format,
+        text_field=text_field,
+        id_field=id_field,
+        partitions=partitions,
+        max_text_chars=max_text_chars,
+        precision=precision,
+        ship_model=ship_model,
+        force=force,
+    )
+    problems = options.problems()
+    if problems:
+        raise click.UsageError("; ".join(problems))
+    from pyspark.sql import SparkSession
+
+    ours = SparkSession.getActiveSession() is None
+    spark = spo_spark.session(master, settings)
+    try:
+        summary = spo_spark.run_spark_extract(spark, options)
+    except spo_spark.SparkExtractError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if ours:  # a session the caller had (a notebook, a test) stays theirs
+            spark.stop()
+    if not quiet:
+        click.echo(summary.line(), err=True)
+
+
+def _java_home() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    return home is not None and Path(home, "bin", "java").is_file()

@@ -1,0 +1,205 @@
+"""``spo spark-extract`` and ``app.spark`` on PySpark ``local[2]`` with the demo model: every row equals
+``spo extract``'s for the same input, record for record, good and bad records alike.
+
+PySpark and a JRE are what ``make test`` installs (the ``spark`` extra, ``.ci/run``); outside CI a
+machine without them skips this module, in CI it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from app.batch import BatchOptions, run_batch
+from app.cli import main
+from app.settings import DEFAULT_MODEL_DIR
+
+if not os.environ.get("CI"):
+    pytest.importorskip(
+        "pyspark", reason="the spark extra is not installed (make test installs it)"
+    )
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime (make test / .ci/run install one)", allow_module_level=True)
+
+from app import spark as spo_spark
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+MAX_CHARS = 120
+SENTENCES = [
+    "李白出生于碎叶城。",
+    "鲁迅原名周树人，1881年9月25日出生于浙江绍兴。",
+    "《霸王别姬》是陈凯歌执导的电影，张国荣、巩俐主演。",
+    "马云创办了阿里巴巴，公司总部位于杭州。",
+    "周杰伦演唱了《七里香》，方文山作词。",
+    "（张三）出生于北京！？；：“王五”",
+    "😀张三😀出生于😀北京",
+    "Cafe\u0301 张三 e\u0301\u0301 北京",
+    "  \u3000张 三\t北京  ",
+]
+
+
+def corpus_lines(n: int = 300, seed: int = 7) -> list[bytes]:
+    """JSON lines: mostly sentences, with every kind of bad record spread through them."""
+    rng = random.Random(seed)
+    lines: list[bytes] = []
+    for i in range(n):
+        text = "".join(rng.choices(SENTENCES, k=rng.randint(1, 3)))
+        record: dict[str, Any] = {"id": f"r{i}" if i % 3 else i, "text": text}
+        if i % 10 == 4:
+            del record["id"]  # the line number becomes the id
+        lines.append(json.dumps(record, ensure_ascii=False).encode())
+    bad = [
+        b"{oops",  # invalid JSON
+        b"",  # empty line
+        b'{"id": "empty", "text": ""}',
+        b'{"id": "long", "text": "' + ("张" * (MAX_CHARS + 1)).encode() + b'"}',
+        b'{"id": "huge", "text": "' + ("x" * (13 * MAX_CHARS + (1 << 20))).encode() + b'"}',
+        b"[1, 2]",
+        b'{"id": "no-text"}',
+        b'{"id": "null", "text": null}',
+        b'{"id": "number", "text": 12}',
+        b'{"id": "surrogate", "text": "\\ud83d\\u5317\\u4eac"}',
+        b'{"id": "nan", "text": NaN}',
+        b"\xff\xfe not utf-8",
+        b'{"id": "crlf", "text": "\xe5\x8c\x97\xe4\xba\xac"}\r',
+        b'{"id": {"nested": [1, 2]}, "text": "\xe5\x8c\x97\xe4\xba\xac"}',
+    ]
+    for j, line in enumerate(bad):
+        lines.insert(1 + j * (len(lines) // len(bad)), line)
+    lines[0] = b"\xef\xbb\xbf" + lines[0]  # a BOM on the first line
+    return lines
+
+
+def spo_extract_lines(path: Path, tmp: Path) -> list[bytes]:
+    out = tmp / "spo-extract.jsonl"
+    options = BatchOptions(
+        inputs=(str(path),),
+        output=str(out),
+        model_dir=DEFAULT_MODEL_DIR,
+        workers=0,
+        max_text_chars=MAX_CHARS,
+    )
+    run_batch(options)
+    return out.read_bytes().splitlines()
+
+
+def part_lines(directory: Path) -> list[bytes]:
+    """The output's lines, part files in order (Spark writes one per partition)."""
+    return [
+        line for part in sorted(directory.glob("part-*")) for line in part.read_bytes().splitlines()
+    ]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spo_spark.session("local[2]", {"spark.ui.enabled": "false"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    tmp = tmp_path_factory.mktemp("spark")
+    path = tmp / "corpus.jsonl"
+    path.write_bytes(b"\n".join(corpus_lines()) + b"\n")
+    return path, spo_extract_lines(path, tmp)
+
+
+def test_spark_extract_cli_jsonl_equals_spo_extract(
+    spark: Any, corpus: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    path, expected = corpus
+    out = tmp_path / "out"
+    args = ["spark-extract", str(path), str(out), "--master", "local[2]", "--partitions", "3"]
+    args += ["--max-text-chars", str(MAX_CHARS)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"{len(expected)} records" in result.output
+    errors = sum(b'"error":{"code"' in line for line in expected)
+    assert f"{errors} errors" in result.output
+    assert len(list(out.glob("part-*"))) == 3
+    got = part_lines(out)
+    assert len(got) == len(expected) > 300
+    for g, e in zip(got, expected, strict=True):
+        assert g == e  # byte-identical, record for record, in input order
+    codes = {json.loads(e)["error"]["code"] for e in expected if b'"error":{"code"' in e}
+    assert codes == {"invalid_json", "invalid_input", "text_too_long"}
+
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1
+    assert "exists; use --force" in again.output
+    assert part_lines(out) == got  # nothing touched
+
+
+def test_spark_extract_parquet_text_input_and_shipped_model(spark: Any, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    lines = [s.encode() for s in SENTENCES]
+    lines += [b"", ("张" * (MAX_CHARS + 1)).encode(), b"\xffbad"]
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"\r\n".join(lines))  # CRLF, and no newline after the last line
+    expected = [json.loads(line) for line in spo_extract_lines(path, tmp_path)]
+    options = spo_spark.SparkExtractOptions(
+        inputs=(str(path),),
+        output=str(tmp_path / "out.parquet"),
+        output_format="parquet",
+        max_text_chars=MAX_CHARS,
+        ship_model=True,
+    )
+    summary = spo_spark.run_spark_extract(spark, options)
+    assert (summary.records, summary.errors) == (len(expected), 2)
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column_names == ["id", "entities", "triples", "error"]
+    rows = table.to_pylist()
+    assert len(rows) == len(expected)
+    for row, exp in zip(rows, expected, strict=True):
+        assert row["id"] == str(exp["id"])
+        if "error" in exp:
+            assert row["error"] == exp["error"]
+            assert row["entities"] is None and row["triples"] is None
+        else:
+            assert row["error"] is None
+            assert row["entities"] == exp["entities"]
+            assert row["triples"] == exp["triples"]
+    assert any(row["triples"] for row in rows)  # the demo model finds something
+
+
+def test_spark_extract_dataframe_passes_ids_through(spark: Any) -> None:
+    df = spark.createDataFrame(
+        [(10, SENTENCES[0]), (11, None), (12, "张" * (MAX_CHARS + 1)), (13, SENTENCES[2])],
+        "doc long, body string",
+    )
+    out = spo_spark.extract_dataframe(
+        df, DEFAULT_MODEL_DIR, id_col="doc", text_col="body", max_text_chars=MAX_CHARS
+    )
+    assert out.columns == ["id", "entities", "triples", "error"]
+    rows = {r["id"]: r.asDict(recursive=True) for r in out.collect()}
+    assert sorted(rows) == [10, 11, 12, 13]
+    assert rows[11]["error"]["code"] == "invalid_input"
+    assert rows[12]["error"]["code"] == "text_too_long"
+    assert rows[10]["error"] is None
+    assert {t["predicate"] for t in rows[10]["triples"]} == {"出生地"}
+
+
+def test_spark_extract_refuses_bad_inputs_clearly(spark: Any, tmp_path: Path) -> None:
+    missing = CliRunner().invoke(
+        main, ["spark-extract", str(tmp_path / "nope.txt"), str(tmp_path / "o")]
+    )
+    assert missing.exit_code == 1
+    assert "cannot read the input" in missing.output
+    (tmp_path / "x.csv").write_text("a\n")
+    fmt = CliRunner().invoke(main, ["spark-extract", str(tmp_path / "x.csv"), str(tmp_path / "o")])
+    assert fmt.exit_code == 1 and "--input-format txt or jsonl" in fmt.output
+    conf = CliRunner().invoke(main, ["spark-extract", "a", "b", "--conf", "novalue"])
+    assert conf.exit_code == 2 and "KEY=VALUE" in conf.output
+    with pytest.raises(spo_spark.SparkExtractError, match="no column"):
+        spo_spark.extract_dataframe(spark.createDataFrame([(1,)], "id long"), DEFAULT_MODEL_DIR)
