@@ -88,7 +88,7 @@ def cache_key() -> str:
         "seed": SEED,
         "quantiles": POINTER_QUANTILES,
         "max_length": MAX_LENGTH,
-        "format": 1,
+        "format": 2,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -99,9 +99,15 @@ def model_dirs() -> dict[str, Path]:
 
 
 def _randomize(model: Any, seed: int) -> None:
-    """BERT-style N(0, 0.02) weights drawn with numpy (seeded; constants such as LayerNorm gains
-    and biases keep their init), then each pointer head's bias shifted so that the share of
-    positions in ``POINTER_QUANTILES`` scores above 0 on sample input."""
+    """BERT-style N(0, 0.02) weights drawn with numpy (seeded); tensors initialised to a constant
+    (biases, LayerNorm gains and offsets) get N(0, 0.02) added to it, as training leaves them.
+    Then each pointer head's bias is shifted so that the share of positions in
+    ``POINTER_QUANTILES`` scores above 0 on sample input.
+
+    Exactly-zero biases and unit gains would be unlike any trained model, and grappler drops an
+    addition of zeros or a product with ones, so the graph served would not be the one a real model
+    gets (no bias-add left to fuse into a matmul, no LayerNorm pattern to fuse).
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -110,7 +116,7 @@ def _randomize(model: Any, seed: int) -> None:
             [
                 rng.normal(0.0, 0.02, w.shape).astype(np.float32)
                 if w.size and not np.all(w == w.flat[0])
-                else w
+                else (w + rng.normal(0.0, 0.02, w.shape)).astype(np.float32)
                 for w in layer.get_weights()
             ]
         )

@@ -16,7 +16,7 @@ import contextlib
 import ctypes
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from nlp import quiet_tensorflow
 with quiet_tensorflow():
     import tensorflow as tf
 
+from nlp import _graph_rewrites
 from nlp.config import DEFAULT_PRECISION, PRECISIONS, LoadOptions
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
@@ -149,6 +150,45 @@ def _freeze(session: Any, graph: Any, output_names: Sequence[str]) -> Any:
     return graph_def
 
 
+def _onednn_layer_norm() -> bool:
+    """Whether this process runs oneDNN kernels and has the ``_MklLayerNorm`` op (TensorFlow's x86
+    builds, unless ``TF_ENABLE_ONEDNN_OPTS=0``)."""
+    try:
+        from tensorflow.python.framework import op_def_registry
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled()) and (
+            op_def_registry.get("_MklLayerNorm") is not None
+        )
+    except (ImportError, AttributeError):
+        return False
+
+
+def _rewrite(
+    graph_def: Any, output_names: Sequence[str], ranks: dict[str, int | None]
+) -> dict[str, int]:
+    """Apply the exact per-call rewrites of ``nlp._graph_rewrites`` to a frozen, bias-folded graph,
+    in place; returns how many places each rewrote.
+
+    Order matters: the pointer heads' mask moves before their bias terms only once its
+    ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape.
+    Nodes nothing reads any more are pruned between steps. ``ranks``: output rank by node name.
+    """
+    rewrites = _graph_rewrites
+    counts = {"pruned": rewrites.prune(graph_def, output_names)}
+    steps: list[tuple[str, Callable[[Any], int]]] = [
+        ("mask_without_broadcasts", rewrites.mask_without_broadcasts),
+        ("mask_pointer_scores_once", rewrites.mask_pointer_scores_once),
+        ("rewrite_erf_gelus", rewrites.rewrite_erf_gelus),
+    ]
+    if _onednn_layer_norm():
+        steps.append(("rewrite_layer_norms", lambda g: rewrites.rewrite_layer_norms(g, ranks)))
+    for name, step in steps:
+        counts[name] = step(graph_def)
+        counts["pruned"] += rewrites.prune(graph_def, output_names)
+    return counts
+
+
 def _release_free_heap() -> None:
     """Hand glibc's free heap pages back to the OS after loading (a no-op under other allocators).
 
@@ -191,6 +231,7 @@ class SessionRuntime:
         self.shapes_fed: set[tuple[int, int]] = set()
         self.runs = 0
         self.frozen = False
+        self.rewrites: dict[str, int] = {}
         self._graph = tf.Graph()
         with quiet_tensorflow():  # the first session probes for CUDA devices
             self._session = tf.compat.v1.Session(
@@ -206,8 +247,7 @@ class SessionRuntime:
                     self._session, ["serve"], str(self.model_dir)
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
-            if precision == "bf16":
-                self._reload_frozen(intra_op_threads, inter_op_threads, precision)
+            self._reload_frozen(intra_op_threads, inter_op_threads, precision)
         except ModelLoadError:
             self._session.close()
             raise
@@ -321,21 +361,32 @@ class SessionRuntime:
     def _reload_frozen(
         self, intra_op_threads: int | None, inter_op_threads: int | None, precision: str
     ) -> None:
-        """Replace graph and session by a frozen copy (``_freeze``); tensor names are unchanged.
+        """Replace graph and session by a frozen, rewritten copy (``_freeze``, ``_rewrite``); tensor
+        names are unchanged.
 
-        A graph that cannot be frozen (a TF2 export, whose layers live in library functions reading
-        resource variables) keeps its variables: correct, only slower in bf16.
+        Every precision runs frozen: constant weights let oneDNN keep each Dense's weights in its
+        own blocked layout between calls (``_FusedMatMul`` with a constant filter), and let bf16
+        casts fold once. A graph that cannot be frozen (a TF2 export, whose layers live in library
+        functions reading resource variables) keeps its variables and is not rewritten: correct,
+        only slower.
         """
         input_names = [t.name for t in self._inputs]
         output_names = [t.name for t in self._outputs]
         graph = tf.Graph()
         try:
             graph_def = _freeze(self._session, self._graph, output_names)
+            ranks = {
+                op.name: op.outputs[0].shape.rank
+                for op in self._graph.get_operations()
+                if op.outputs
+            }
+            self.rewrites = _rewrite(graph_def, output_names, ranks)
             with graph.as_default():
                 tf.import_graph_def(graph_def, name="")
         except (ValueError, TypeError, tf.errors.OpError) as exc:
             logger.warning(
-                "bf16: %s cannot be frozen (%s); its weights stay variables and are cast every run",
+                "%s cannot be frozen (%s); its weights stay variables (slower, and in bf16 cast "
+                "every run)",
                 self.model_dir,
                 str(exc).splitlines()[0],
             )

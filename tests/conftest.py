@@ -46,12 +46,12 @@ ModelFactory = Callable[..., Path]
 POINTER_LAYERS = {"entity": 0.975, "head": 0.85, "tail": 0.85, "entities": 0.98}
 
 
-def _randomize(model: Any, seed: int) -> None:
+def _randomize(model: Any, seed: int, jitter_constants: bool = False) -> None:
     """Seeded random weights that make a useful test model.
 
     Keras initializers depend on how many models the process has built, so weights are drawn with
-    numpy: constant tensors (LayerNorm gains, biases) keep their init, the rest get scale
-    1/sqrt(fan-in). Each pointer head is then shifted (through its per-head bias, the last weight of
+    numpy: constant tensors (LayerNorm gains, biases) keep their init (with ``jitter_constants``,
+    plus N(0, 0.1) noise, as in a trained model), the rest get scale 1/sqrt(fan-in). Each pointer head is then shifted (through its per-head bias, the last weight of
     an EfficientGlobalPointer) so that a fixed share of positions score above 0 on sample input:
     a few spans and a few triples per sentence at threshold 0, rather than none or all.
     """
@@ -64,6 +64,8 @@ def _randomize(model: Any, seed: int) -> None:
             if layer.name in POINTER_LAYERS and w.size and not np.all(w == w.flat[0])
             else rng.normal(0.0, 1.0 / np.sqrt(w.shape[0]), w.shape).astype(np.float32)
             if w.size and not np.all(w == w.flat[0])
+            else (w + rng.normal(0.0, 0.1, w.shape)).astype(np.float32)
+            if jitter_constants
             else w
             for w in layer.get_weights()
         ]
@@ -100,6 +102,7 @@ def make_model_dir(
         mode: str = "graph",
         seed: int = 7,
         threshold: float = 0.0,
+        jitter_constants: bool = False,
         **manifest_overrides: Any,
     ) -> Path:
         config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
@@ -113,7 +116,7 @@ def make_model_dir(
                 return build_ner(config, len(TINY_ENTITY_TYPES), head_size=16)
 
         model = build()
-        _randomize(model, seed)
+        _randomize(model, seed, jitter_constants)
         weights = model.get_weights()
         doc = manifest_document(
             name=f"tiny-{task}",

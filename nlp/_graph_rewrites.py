@@ -1,0 +1,464 @@
+"""Exact rewrites of a frozen bert4keras GraphDef that cut per-call work (private to ``nlp.runtime``).
+
+``SessionRuntime`` freezes the loaded graph (weights become constants, Dense bias-adds move before
+their reshapes) and then applies these rewrites before it imports the graph into its session. Each
+rewrite turns a pattern that bert4keras writes into one that computes the same values with fewer
+passes over memory, or into the form grappler's remapper fuses into one oneDNN kernel:
+
+- ``mask_without_broadcasts``: ``SelectV2`` over two ``BroadcastTo`` copies (Keras' ``where``) reads
+  the small mask and the scalar fill directly (``SelectV2`` broadcasts by itself);
+- ``mask_pointer_scores_once``: the pointer heads' ``-inf`` masking happens on ``(rows, 1, L, L)``
+  before the per-predicate bias terms are added, instead of on ``(rows, predicates, L, L)``;
+- ``rewrite_layer_norms``: bert4keras' LayerNormalization as one oneDNN ``_MklLayerNorm`` op;
+- ``rewrite_erf_gelus``: the erf GELU after a Dense moved before the Dense's output reshape and
+  written as grappler's ``MatMul + BiasAdd + GeluExact`` pattern (``_FusedMatMul``).
+
+Every function edits the GraphDef in place, returns how many places it rewrote, leaves a graph it does
+not recognise untouched, and keeps every existing node name that something outside the rewritten
+pattern reads (fetched outputs keep their names). Only protobuf messages are handled here: this module
+does not import TensorFlow (``nlp.runtime`` stays the one module that does).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+DT_FLOAT = 1
+
+
+class _Graph:
+    """Name and consumer indexes over a GraphDef, plus helpers to add nodes."""
+
+    def __init__(self, graph_def: Any) -> None:
+        self.graph_def = graph_def
+        self.nodes: dict[str, Any] = {n.name: n for n in graph_def.node}
+        self.consumers: dict[str, list[Any]] = {}
+        for n in graph_def.node:
+            for name in n.input:
+                self.consumers.setdefault(_node_name(name), []).append(n)
+
+    def input(self, node: Any, index: int) -> Any:
+        """The node feeding ``node``'s input ``index`` (output 0 only), or None."""
+        if index >= len(node.input) or node.input[index].startswith("^"):
+            return None
+        name = node.input[index]
+        if ":" in name and not name.endswith(":0"):
+            return None
+        return self.nodes.get(_node_name(name))
+
+    def skip_identities(self, node: Any) -> Any:
+        while node is not None and node.op == "Identity":
+            node = self.input(node, 0)
+        return node
+
+    def used_only_by(self, node: Any, users: Iterable[Any]) -> bool:
+        allowed = {id(u) for u in users}
+        return all(id(c) in allowed for c in self.consumers.get(node.name, []))
+
+    def unique(self, name: str) -> str:
+        candidate, i = name, 1
+        while candidate in self.nodes:
+            candidate, i = f"{name}_{i}", i + 1
+        return candidate
+
+    def add(self, like: Any, name: str, op: str, inputs: list[str]) -> Any:
+        """A new node with ``like``'s device and dtype attribute ``T``."""
+        node = self.graph_def.node.add()
+        node.name = self.unique(name)
+        node.op = op
+        node.input.extend(inputs)
+        node.device = like.device
+        node.attr["T"].CopyFrom(like.attr["T"])
+        self.nodes[node.name] = node
+        for i in inputs:
+            self.consumers.setdefault(_node_name(i), []).append(node)
+        return node
+
+    def add_scalar(self, like: Any, name: str, value: float) -> Any:
+        node = self.graph_def.node.add()
+        node.name = self.unique(name)
+        node.op = "Const"
+        node.device = like.device
+        node.attr["dtype"].type = DT_FLOAT
+        tensor = node.attr["value"].tensor
+        tensor.dtype = DT_FLOAT
+        tensor.tensor_shape.SetInParent()
+        tensor.float_val.append(value)
+        self.nodes[node.name] = node
+        return node
+
+
+def _become_identity(node: Any, input_name: str) -> None:
+    """Turn ``node`` into ``Identity(input_name)``, keeping its name and dtype (its consumers and
+    any fetch of it are untouched)."""
+    dtype = type(node.attr["T"])()
+    dtype.CopyFrom(node.attr["T"])
+    node.op = "Identity"
+    node.ClearField("attr")
+    node.attr["T"].CopyFrom(dtype)
+    del node.input[:]
+    node.input.append(input_name)
+
+
+def _node_name(name: str) -> str:
+    return name.lstrip("^").split(":")[0]
+
+
+def _float_scalar(node: Any) -> float | None:
+    """The value of a float32 scalar ``Const`` node, or None."""
+    if node is None or node.op != "Const" or node.attr["dtype"].type != DT_FLOAT:
+        return None
+    tensor = node.attr["value"].tensor
+    if tensor.tensor_shape.dim:
+        return None
+    if tensor.float_val:
+        return float(tensor.float_val[0])
+    if len(tensor.tensor_content) == 4:
+        return float(struct.unpack("<f", tensor.tensor_content)[0])
+    return None
+
+
+def _int_scalar_or_single(node: Any) -> int | None:
+    """The value of an int32/int64 ``Const`` holding one element (scalar or shape [1]), or None."""
+    if node is None or node.op != "Const" or node.attr["dtype"].type not in (3, 9):
+        return None
+    tensor = node.attr["value"].tensor
+    if [d.size for d in tensor.tensor_shape.dim] not in ([], [1]):
+        return None
+    if tensor.int_val:
+        return int(tensor.int_val[0])
+    if tensor.int64_val:
+        return int(tensor.int64_val[0])
+    if tensor.tensor_content:
+        fmt = "<i" if tensor.dtype == 3 else "<q"
+        return int(struct.unpack(fmt, tensor.tensor_content)[0])
+    return None
+
+
+def _is_float_op(node: Any) -> bool:
+    return bool(node.attr["T"].type == DT_FLOAT)
+
+
+def _pair(graph: _Graph, node: Any, op: str) -> tuple[Any, Any] | None:
+    """For a binary ``node``, (input of type ``op``, the other input), in either order."""
+    a, b = graph.input(node, 0), graph.input(node, 1)
+    if a is not None and a.op == op:
+        return a, b
+    if b is not None and b.op == op:
+        return b, a
+    return None
+
+
+def _const_pair(graph: _Graph, node: Any) -> tuple[float, Any] | None:
+    """For a binary ``node`` with one float scalar constant input: (its value, the other input)."""
+    for i in (0, 1):
+        value = _float_scalar(graph.skip_identities(graph.input(node, i)))
+        if value is not None:
+            return value, graph.input(node, 1 - i)
+    return None
+
+
+def prune(graph_def: Any, keep: Iterable[str]) -> int:
+    """Drop every node that neither ``keep`` (the fetched outputs) nor a placeholder depends on;
+    returns how many. Exact: such nodes cannot change a fetched value (TensorFlow never runs them
+    for these fetches). Run between rewrites so that a node a rewrite bypassed no longer counts as
+    a consumer of its inputs."""
+    nodes = {n.name: n for n in graph_def.node}
+    live: set[str] = set()
+    stack = [_node_name(k) for k in keep] + [
+        n.name for n in graph_def.node if n.op == "Placeholder"
+    ]
+    while stack:
+        name = stack.pop()
+        if name in live or name not in nodes:
+            continue
+        live.add(name)
+        stack.extend(_node_name(i) for i in nodes[name].input)
+    dead = [i for i, n in enumerate(graph_def.node) if n.name not in live]
+    for i in reversed(dead):
+        del graph_def.node[i]
+    return len(dead)
+
+
+# -- masking ------------------------------------------------------------------------------------
+
+
+def _shape_leaves(graph: _Graph, node: Any) -> list[Any] | None:
+    """The operands of a tree of ``BroadcastArgs`` (``Shape`` nodes or constant shapes)."""
+    if node is None:
+        return None
+    if node.op != "BroadcastArgs":
+        return [node]
+    leaves = []
+    for i in (0, 1):
+        sub = _shape_leaves(graph, graph.input(node, i))
+        if sub is None:
+            return None
+        leaves += sub
+    return leaves
+
+
+def _is_shape_of(graph: _Graph, leaf: Any, tensor: Any) -> bool:
+    """Whether ``leaf`` is ``Shape(tensor)``, or the constant (empty) shape of a scalar constant."""
+    if leaf.op == "Shape":
+        return graph.input(leaf, 0) is tensor
+    if leaf.op == "Const" and tensor is not None and tensor.op == "Const":
+        shape = leaf.attr["value"].tensor
+        scalar = not tensor.attr["value"].tensor.tensor_shape.dim
+        return scalar and [d.size for d in shape.tensor_shape.dim] == [0]
+    return False
+
+
+def mask_without_broadcasts(graph_def: Any) -> int:
+    """``SelectV2(BroadcastTo(c, s), x, BroadcastTo(v, s))`` -> ``SelectV2(c, x, v)``.
+
+    Exact: ``s`` must be ``BroadcastArgs`` of exactly the shapes of ``c``, ``x`` and ``v`` (checked on
+    the graph), which is the shape ``SelectV2`` broadcasts its operands to by itself; the values
+    selected are the same. The two ``BroadcastTo`` copies (a bool and a float tensor the size of the
+    output, per attention layer and pointer head) are no longer made.
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for node in list(graph_def.node):
+        if node.op != "SelectV2":
+            continue
+        cond_b, x, fill_b = (graph.input(node, i) for i in range(3))
+        if cond_b is None or fill_b is None or x is None:
+            continue
+        if cond_b.op != "BroadcastTo" or fill_b.op != "BroadcastTo":
+            continue
+        if cond_b.input[1] != fill_b.input[1]:
+            continue
+        cond, fill = graph.input(cond_b, 0), graph.input(fill_b, 0)
+        leaves = _shape_leaves(graph, graph.input(cond_b, 1))
+        if cond is None or fill is None or leaves is None or len(leaves) != 3:
+            continue
+        wanted = [cond, x, fill]
+        matched = all(any(_is_shape_of(graph, leaf, t) for leaf in leaves) for t in wanted)
+        if not matched or not all(
+            any(_is_shape_of(graph, leaf, t) for t in wanted) for leaf in leaves
+        ):
+            continue
+        node.input[0] = cond_b.input[0]
+        node.input[2] = fill_b.input[0]
+        count += 1
+    return count
+
+
+def mask_pointer_scores_once(graph_def: Any) -> int:
+    """``SelectV2(c, (a + b1) + b2, -inf)`` -> ``(SelectV2(c, a, -inf) + b1) + b2``.
+
+    The EfficientGlobalPointer heads score ``logits[:, None] + bias1 + bias2`` on ``(rows, heads, L,
+    L)`` and then mask with a ``(rows, 1, L, L)`` condition; the mask now goes on the ``(rows, 1, L,
+    L)`` logits first, so one pass over the large tensor is saved per head. Exact whenever the bias
+    terms are finite: unmasked positions compute the same additions in the same order, masked ones
+    give ``-inf + b1 + b2 = -inf``, and broadcasting gives the same shape. (The bias terms are Dense
+    outputs; a non-finite one means the model itself overflowed.) Applied only to a ``SelectV2``
+    whose fill is a ``-inf`` constant and whose additions have no other consumer.
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for node in list(graph_def.node):
+        if node.op != "SelectV2" or not _is_float_op(node):
+            continue
+        fill = graph.skip_identities(graph.input(node, 2))
+        value = _float_scalar(fill)
+        if value is None or not (math.isinf(value) and value < 0):
+            continue
+        outer = graph.input(node, 1)
+        if outer is None or outer.op != "AddV2" or not graph.used_only_by(outer, [node]):
+            continue
+        inner = graph.input(outer, 0)
+        if inner is None or inner.op != "AddV2" or not graph.used_only_by(inner, [outer]):
+            continue
+        base = inner.input[0]
+        select = graph.add(
+            node, f"{inner.name}/masked", "SelectV2", [node.input[0], base, node.input[2]]
+        )
+        inner.input[0] = select.name
+        # The old SelectV2 becomes an Identity of the outer addition: its name still holds the
+        # output that is fetched.
+        _become_identity(node, outer.name)
+        count += 1
+    return count
+
+
+# -- LayerNorm ----------------------------------------------------------------------------------
+
+
+def rewrite_layer_norms(graph_def: Any, ranks: dict[str, int | None]) -> int:
+    """bert4keras LayerNormalization -> one ``_MklLayerNorm`` (oneDNN's layer norm) per layer.
+
+    bert4keras computes ``divide_no_nan(x - mean, sqrt(max(var + eps, 0))) * gamma + beta`` with
+    ``mean`` and ``var = mean((x - mean)^2)`` over the last axis, in eight ops and as many passes.
+    ``_MklLayerNorm(x, gamma, beta, epsilon=eps)`` is the same formula in one pass. Exact: ``eps``
+    is checked to be a positive constant, so ``var + eps > 0`` and neither the ``max(., 0)`` nor the
+    no-NaN division changes a value; the two differ only in floating-point rounding. The node is
+    written directly rather than left to grappler's remapper, whose layer-norm patterns do not match
+    bert4keras' graph and, for the one that could be produced, drop ``eps`` for oneDNN's default
+    0.001 (measured: 2e-4 relative error). The caller applies this only where oneDNN's kernel
+    exists; ``ranks`` gives each node's output rank (the kernel takes 2-D and 3-D inputs).
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for out in list(graph_def.node):
+        if out.op != "AddV2" or not _is_float_op(out):
+            continue
+        found = _pair(graph, out, "Mul")
+        if found is None:
+            continue
+        mul, beta = found
+        pair = _pair(graph, mul, "DivNoNan")
+        if pair is None or beta is None:
+            continue
+        div, gamma = pair
+        sub, sqrt = graph.input(div, 0), graph.input(div, 1)
+        if gamma is None or sub is None or sub.op != "Sub" or sqrt is None or sqrt.op != "Sqrt":
+            continue
+        add_eps = graph.input(sqrt, 0)
+        if add_eps is not None and add_eps.op == "Maximum":
+            zero = _const_pair(graph, add_eps)
+            if zero is None or zero[0] != 0.0:
+                continue
+            add_eps = zero[1]
+        if add_eps is None or add_eps.op not in ("AddV2", "Add"):
+            continue
+        eps_pair = _const_pair(graph, add_eps)
+        if eps_pair is None or not eps_pair[0] > 0.0:
+            continue
+        eps, var = eps_pair
+        if var is None or var.op != "Mean" or not var.attr["keep_dims"].b:
+            continue
+        square = graph.input(var, 0)
+        if square is None or square.op != "Square" or graph.input(square, 0) is not sub:
+            continue
+        x, mean = graph.input(sub, 0), graph.input(sub, 1)
+        if x is None or mean is None or mean.op != "Mean" or graph.input(mean, 0) is not x:
+            continue
+        if not mean.attr["keep_dims"].b or ranks.get(x.name) not in (2, 3):
+            continue
+        axes = [_int_scalar_or_single(graph.input(m, 1)) for m in (mean, var)]
+        rank = ranks[x.name]
+        if rank is None or any(a not in (-1, rank - 1) for a in axes):
+            continue
+        if sub.input[0] != mean.input[0] or _one_d(graph.skip_identities(gamma)) is None:
+            continue
+        if _one_d(graph.skip_identities(beta)) is None:
+            continue
+        gamma_input = mul.input[1] if graph.input(mul, 0) is div else mul.input[0]
+        beta_input = out.input[1] if graph.input(out, 0) is mul else out.input[0]
+        norm = graph.add(
+            out, f"{out.name}/layer_norm", "_MklLayerNorm", [sub.input[0], gamma_input, beta_input]
+        )
+        norm.attr["epsilon"].f = eps
+        _become_identity(out, norm.name)
+        count += 1
+    return count
+
+
+def _one_d(node: Any) -> int | None:
+    """The length of a 1-D constant, or None."""
+    if node is None or node.op != "Const":
+        return None
+    dims = node.attr["value"].tensor.tensor_shape.dim
+    return dims[0].size if len(dims) == 1 else None
+
+
+# -- GELU ---------------------------------------------------------------------------------------
+
+
+def _gelu_input(graph: _Graph, out: Any) -> tuple[Any, list[Any]] | None:
+    """If ``out`` ends bert4keras' ``0.5 * x * (1 + erf(x / sqrt(2)))``: (x, the pattern's nodes)."""
+    if out.op != "Mul" or not _is_float_op(out):
+        return None
+    found = _pair(graph, out, "AddV2")
+    if found is None:
+        return None
+    add, half_x = found
+    one = _const_pair(graph, add)
+    if one is None or one[0] != 1.0 or one[1] is None or one[1].op != "Erf":
+        return None
+    erf = one[1]
+    scaled = graph.input(erf, 0)
+    if scaled is None:
+        return None
+    if scaled.op == "RealDiv":
+        root2 = _float_scalar(graph.skip_identities(graph.input(scaled, 1)))
+        x = graph.input(scaled, 0)
+        if root2 is None or abs(root2 - math.sqrt(2.0)) > 1e-6:
+            return None
+    elif scaled.op == "Mul":
+        pair = _const_pair(graph, scaled)
+        if pair is None or abs(pair[0] - math.sqrt(0.5)) > 1e-6:
+            return None
+        x = pair[1]
+    else:
+        return None
+    if half_x is None or half_x.op != "Mul":
+        return None
+    half = _const_pair(graph, half_x)
+    if half is None or half[0] != 0.5 or half[1] is not x:
+        return None
+    return x, [out, add, erf, scaled, half_x]
+
+
+def rewrite_erf_gelus(graph_def: Any) -> int:
+    """The erf GELU after a Dense -> applied before the Dense's output reshape, in the remapper's
+    ``MatMul + BiasAdd + GeluExact`` form (``_FusedMatMul``, one oneDNN kernel).
+
+    Matches ``gelu(Reshape(BiasAdd(MatMul(a, w), b)))`` where ``gelu`` is bert4keras' ``0.5 * x * (1 +
+    erf(x / sqrt(2)))`` (after ``_fold_bias_adds``, a Dense's bias-add sits before its reshape) and
+    rewrites it to ``Reshape(y * ((erf(y * sqrt(1/2)) + 1) * 0.5))`` with ``y = BiasAdd(...)``. Exact:
+    GELU is elementwise, so it commutes with the reshape; the rest is the same formula with the
+    division by sqrt(2) as a multiplication by its inverse and the products in another order
+    (floating-point rounding only). The GELU's output node keeps its name (as an Identity).
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for out in list(graph_def.node):
+        found = _gelu_input(graph, out)
+        if found is None:
+            continue
+        x, pattern = found
+        reshape = graph.skip_identities(x)
+        chain = []
+        node = x
+        while node is not None and node.op == "Identity":
+            chain.append(node)
+            node = graph.input(node, 0)
+        if reshape is None or reshape.op != "Reshape":
+            continue
+        bias_add = graph.input(reshape, 0)
+        if bias_add is None or bias_add.op != "BiasAdd":
+            continue
+        matmul = graph.input(bias_add, 0)
+        if matmul is None or matmul.op != "MatMul":
+            continue
+        users = pattern + chain
+        if not graph.used_only_by(bias_add, [reshape]) or not graph.used_only_by(reshape, users):
+            continue
+        if not all(graph.used_only_by(n, users) for n in chain) or not graph.used_only_by(
+            x, pattern
+        ):
+            continue
+        if not all(graph.used_only_by(n, pattern) for n in pattern[1:]):
+            continue
+        y = bias_add.name
+        inv_root2 = graph.add_scalar(out, f"{out.name}/gelu/sqrt_half", math.sqrt(0.5))
+        one = graph.add_scalar(out, f"{out.name}/gelu/one", 1.0)
+        half = graph.add_scalar(out, f"{out.name}/gelu/half", 0.5)
+        scaled = graph.add(out, f"{out.name}/gelu/scaled", "Mul", [y, inv_root2.name])
+        erf = graph.add(out, f"{out.name}/gelu/erf", "Erf", [scaled.name])
+        plus_one = graph.add(out, f"{out.name}/gelu/plus_one", "AddV2", [erf.name, one.name])
+        halved = graph.add(out, f"{out.name}/gelu/halved", "Mul", [plus_one.name, half.name])
+        gelu = graph.add(out, f"{out.name}/gelu/output", "Mul", [halved.name, y])
+        new_reshape = graph.add(
+            reshape, f"{out.name}/gelu/reshape", "Reshape", [gelu.name, reshape.input[1]]
+        )
+        new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
+        _become_identity(out, new_reshape.name)
+        count += 1
+    return count

@@ -1,0 +1,250 @@
+"""The per-call graph rewrites (``nlp._graph_rewrites``, applied by ``SessionRuntime``) are exact:
+the rewritten graph gives the original's scores, and a pattern that does not qualify is left alone."""
+
+import numpy as np
+import pytest
+
+from nlp import _graph_rewrites as rewrites
+from nlp import runtime as runtime_module
+from nlp.manifest import load_manifest
+from nlp.runtime import SessionRuntime
+
+SHAPES = [(1, 16), (2, 16), (4, 32), (1, 64)]
+
+
+def _runtime(model_dir, *, rewrite=True, monkeypatch=None, **kwargs):
+    m = load_manifest(model_dir)
+    options = dict(
+        shapes=SHAPES,
+        input_names=m.input_names,
+        output_names=m.output_names,
+        n_outputs=m.n_outputs,
+        vocab_size=100,
+        intra_op_threads=1,
+        inter_op_threads=1,
+    )
+    options.update(kwargs)
+    if rewrite:
+        return SessionRuntime(model_dir, **options)
+    with monkeypatch.context() as patch:
+        patch.setattr(runtime_module, "_rewrite", lambda *args: {})
+        return SessionRuntime(model_dir, **options)
+
+
+@pytest.fixture(scope="module")
+def jittered_model_dir(make_model_dir):
+    """A tiny GPLinker whose biases and LayerNorm gains are not 0 and 1 (as after training): with
+    exact zeros and ones grappler drops the additions and products the rewrites match."""
+    return make_model_dir("triples", seed=11, jitter_constants=True)
+
+
+def _inputs(batch, length, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(104, 1000, size=(batch, length)).astype(np.int32)
+    ids[:, 0] = 2
+    for row, n in enumerate(rng.integers(3, length + 1, size=batch)):
+        ids[row, n - 1] = 3
+        ids[row, n:] = 0  # padding: the masked positions must stay -inf
+    return ids
+
+
+def _assert_same_scores(reference, rewritten):
+    for i, shape in enumerate(SHAPES):
+        ids = _inputs(*shape, seed=i)
+        segments = np.zeros_like(ids)
+        for a, b in zip(reference.run(ids, segments), rewritten.run(ids, segments), strict=True):
+            assert a.shape == b.shape
+            masked = ~np.isfinite(a)
+            assert masked.any()
+            np.testing.assert_array_equal(a[masked], b[masked])
+            # fp32 rounding, relative to the scores' scale (the fused kernels sum in another order)
+            scale = float(np.abs(a[~masked]).max())
+            np.testing.assert_allclose(b[~masked], a[~masked], rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_rewritten_graph_gives_the_original_scores(jittered_model_dir, monkeypatch):
+    reference = _runtime(jittered_model_dir, rewrite=False, monkeypatch=monkeypatch)
+    rewritten = _runtime(jittered_model_dir)
+    # 2 layers: 2 attention masks + 3 pointer masks; 2 GELUs; embedding + 2 x 2 LayerNorms;
+    # the head and tail pointers (the entity pointer's scores also feed its triangle mask).
+    assert rewritten.rewrites["mask_without_broadcasts"] == 5
+    assert rewritten.rewrites["mask_pointer_scores_once"] == 2
+    assert rewritten.rewrites["rewrite_erf_gelus"] == 2
+    ops = [op.type for op in rewritten._graph.get_operations()]
+    assert not {"BroadcastTo", "VarHandleOp", "ReadVariableOp"} & set(ops)
+    if runtime_module._onednn_layer_norm():
+        assert rewritten.rewrites["rewrite_layer_norms"] == 5
+        assert ops.count("_MklLayerNorm") == 5 and "DivNoNan" not in ops
+    _assert_same_scores(reference, rewritten)
+
+
+def test_rewrites_leave_the_default_test_model_exact(triples_model_dir, monkeypatch):
+    """Zero biases and unit gains (grappler simplifies those itself): still the same scores."""
+    _assert_same_scores(
+        _runtime(triples_model_dir, rewrite=False, monkeypatch=monkeypatch),
+        _runtime(triples_model_dir),
+    )
+
+
+def test_rewrites_keep_the_demo_models_triples(monkeypatch):
+    """The committed demo model decodes the same triples with and without the rewrites."""
+    from pathlib import Path
+
+    from nlp.pipeline import Extractor
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "demo"
+    texts = [
+        "《平凡的世界》是作家路遥创作的长篇小说，1986年由中国文联出版社出版。",
+        "周杰伦，1979年1月18日出生于台湾省新北市，中国台湾流行乐男歌手。",
+        "李白的妻子是许氏，他出生于西域碎叶城。",
+        "北京大学创办于1898年，初名京师大学堂。",
+    ]
+    rewritten = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
+    assert rewritten.runtime.rewrites.get("rewrite_erf_gelus")
+    got = rewritten.extract_batch(texts)
+    with monkeypatch.context() as patch:
+        patch.setattr(runtime_module, "_rewrite", lambda *args: {})
+        reference = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
+    assert reference.extract_batch(texts) == got
+
+
+# -- pattern level: each rewrite on a small graph, and the cases it must not touch ------------
+
+
+def _run(graph_def, feeds, fetch):
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.import_graph_def(graph_def, name="")
+    with tf.compat.v1.Session(graph=graph) as session:
+        return session.run(f"{fetch}:0", {f"{k}:0": v for k, v in feeds.items()})
+
+
+def _ranks(graph):
+    return {op.name: op.outputs[0].shape.rank for op in graph.get_operations() if op.outputs}
+
+
+def _layer_norm_graph(epsilon):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 8], name="x")
+        gamma = tf.constant(1.0 + rng.normal(0, 0.1, 8).astype(np.float32))
+        beta = tf.constant(rng.normal(0, 0.1, 8).astype(np.float32))
+        mean = tf.reduce_mean(x, -1, keepdims=True)
+        centred = x - mean
+        var = tf.reduce_mean(tf.square(centred), -1, keepdims=True)
+        scaled = tf.math.divide_no_nan(centred, tf.sqrt(tf.maximum(var + epsilon, 0.0)))
+        tf.identity(scaled * gamma + beta, name="out")
+    return graph
+
+
+@pytest.mark.skipif(not runtime_module._onednn_layer_norm(), reason="no oneDNN layer norm here")
+def test_layer_norm_rewrite_is_exact_and_keeps_epsilon():
+    graph = _layer_norm_graph(1e-12)
+    graph_def = graph.as_graph_def()
+    x = np.random.default_rng(1).normal(0, 3, (2, 5, 8)).astype(np.float32)
+    expected = _run(graph_def, {"x": x}, "out")
+    assert rewrites.rewrite_layer_norms(graph_def, _ranks(graph)) == 1
+    rewrites.prune(graph_def, ["out"])
+    norms = [n for n in graph_def.node if n.op == "_MklLayerNorm"]
+    assert len(norms) == 1 and norms[0].attr["epsilon"].f == pytest.approx(1e-12)
+    assert not [n for n in graph_def.node if n.op in ("DivNoNan", "Sqrt")]
+    np.testing.assert_allclose(_run(graph_def, {"x": x}, "out"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_rewrite_needs_a_positive_epsilon():
+    """With eps = 0 a constant row divides 0 by 0: divide_no_nan's answer, not the fused op's."""
+    graph = _layer_norm_graph(0.0)
+    graph_def = graph.as_graph_def()
+    assert rewrites.rewrite_layer_norms(graph_def, _ranks(graph)) == 0
+
+
+def _dense_gelu_graph(extra_consumer):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 6], name="x")
+        w = tf.constant(rng.normal(0, 0.5, (6, 10)).astype(np.float32))
+        b = tf.constant(rng.normal(0, 0.5, 10).astype(np.float32))
+        flat = tf.reshape(tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, 6]), w), b), [-1, 3, 10])
+        y = tf.identity(flat, name="y")
+        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
+        out = tf.identity(gelu, name="out")
+        if extra_consumer:
+            out = tf.identity(out + y, name="out")
+    return graph
+
+
+def test_gelu_rewrite_is_exact():
+    graph_def = _dense_gelu_graph(extra_consumer=False).as_graph_def()
+    x = np.random.default_rng(3).normal(0, 2, (2, 3, 6)).astype(np.float32)
+    expected = _run(graph_def, {"x": x}, "out")
+    assert rewrites.rewrite_erf_gelus(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    assert not [n for n in graph_def.node if n.op == "RealDiv"]
+    np.testing.assert_allclose(_run(graph_def, {"x": x}, "out"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_rewrite_leaves_a_dense_output_read_elsewhere_alone():
+    """Moving the GELU before the reshape would change what the other reader of ``y`` sees."""
+    graph_def = _dense_gelu_graph(extra_consumer=True).as_graph_def()
+    assert rewrites.rewrite_erf_gelus(graph_def) == 0
+
+
+def _pointer_mask_graph():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        logits = tf.compat.v1.placeholder(tf.float32, [None, None, None], name="logits")
+        bias = tf.compat.v1.placeholder(tf.float32, [None, 4, None], name="bias")
+        mask = tf.compat.v1.placeholder(tf.bool, [None, None], name="mask")
+        scores = logits[:, None] + bias[:, ::2, None] + bias[:, 1::2, :, None]
+        full = tf.logical_and(mask[:, None, :, None], mask[:, None, None, :])
+        fill = tf.constant(-np.inf)
+        # what tf-keras' ``K.where`` (bert4keras' sequence_masking) writes: explicit broadcasts
+        shape = tf.raw_ops.BroadcastArgs(
+            s0=tf.shape(full),
+            s1=tf.raw_ops.BroadcastArgs(s0=tf.shape(scores), s1=tf.shape(fill)),
+        )
+        selected = tf.where(tf.broadcast_to(full, shape), scores, tf.broadcast_to(fill, shape))
+        tf.identity(selected, name="out")
+    return graph
+
+
+def test_pointer_mask_rewrites_are_exact():
+    graph_def = _pointer_mask_graph().as_graph_def()
+    rng = np.random.default_rng(4)
+    feeds = {
+        "logits": rng.normal(size=(2, 5, 5)).astype(np.float32),
+        "bias": rng.normal(size=(2, 4, 5)).astype(np.float32),
+        "mask": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=bool),
+    }
+    expected = _run(graph_def, feeds, "out")
+    assert rewrites.mask_without_broadcasts(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    assert rewrites.mask_pointer_scores_once(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    assert not [n for n in graph_def.node if n.op == "BroadcastTo"]
+    np.testing.assert_array_equal(_run(graph_def, feeds, "out"), expected)
+
+
+def test_pointer_mask_stays_when_the_fill_is_not_minus_infinity():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.compat.v1.placeholder(tf.float32, [None, 1, 3, 3], name="a")
+        b = tf.compat.v1.placeholder(tf.float32, [None, 2, 1, 3], name="b")
+        mask = tf.compat.v1.placeholder(tf.bool, [None, 1, 3, 3], name="mask")
+        tf.identity(tf.where(mask, a + b + b, 0.0), name="out")
+    graph_def = graph.as_graph_def()
+    rewrites.mask_without_broadcasts(graph_def)
+    rewrites.prune(graph_def, ["out"])
+    assert rewrites.mask_pointer_scores_once(graph_def) == 0
