@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Optional extras, each a pinned requirements file installed into .venv when a target needs it.
+QUANTIZE_STAMP := $(VENV)/.installed-quantize
 
 .DEFAULT_GOAL := help
 .PHONY: help venv check format test test-fast serve bench demo-model clean
@@ -22,6 +24,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
+$(QUANTIZE_STAMP): requirements-quantize.lock $(STAMP)
+	$(BIN)/pip install -q -r requirements-quantize.lock
+	@touch $@
+
 check: venv  ## lint, format check and type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -31,7 +37,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv  ## the whole test suite, slow and live tests included
+test: venv $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included
 	$(BIN)/pytest
 
 test-fast: venv  ## the suite without slow and live tests

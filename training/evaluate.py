@@ -82,15 +82,29 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
     return out
 
 
-def evaluate(
-    model_dir: str | Path, data_path: str | Path, *, precision: str = "fp32"
-) -> tuple[Scores, list[dict[str, Any]]]:
-    """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection)."""
+def model_precision(model_dir: str | Path) -> str:
+    """The precision a model directory runs in by default: its own (``int8`` after quantization)."""
+    from nlp.manifest import load_manifest
+
+    return load_manifest(model_dir).precision
+
+
+def _predict(model_dir: str | Path, precision: str | None, texts: Sequence[str]) -> Any:
     from nlp.pipeline import Extractor
 
+    with Extractor.load(model_dir, precision=precision or model_precision(model_dir)) as extractor:
+        return predict_triples(extractor, texts)
+
+
+def evaluate(
+    model_dir: str | Path, data_path: str | Path, *, precision: str | None = None
+) -> tuple[Scores, list[dict[str, Any]]]:
+    """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection).
+
+    ``precision`` ``None``: the model's own (fp32, or int8 for a quantized directory).
+    """
     records = read_records(Path(data_path))
-    extractor = Extractor.load(model_dir, precision=precision)
-    predicted = predict_triples(extractor, [r["text"] for r in records])
+    predicted = _predict(model_dir, precision, [r["text"] for r in records])
     gold = [gold_triples(r) for r in records]
     errors = [
         {
@@ -102,3 +116,44 @@ def evaluate(
         if p != g
     ]
     return score(predicted, gold), errors
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A model against a baseline on the same records (an int8 model against its fp32 parent)."""
+
+    scores: Scores
+    baseline: Scores
+    identical_texts: int
+
+    @property
+    def identical_share(self) -> float:
+        return self.identical_texts / self.scores.records if self.scores.records else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": self.scores.records,
+            "model": self.scores.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "f1_delta": round(self.scores.f1 - self.baseline.f1, 4),
+            "identical_texts": self.identical_texts,
+            "identical_share": round(self.identical_share, 4),
+        }
+
+
+def compare(
+    model_dir: str | Path,
+    baseline_dir: str | Path,
+    data_path: str | Path,
+    *,
+    precision: str | None = None,
+    baseline_precision: str | None = None,
+) -> Comparison:
+    """Scores of both models on ``data_path``, and on how many texts their triples are identical."""
+    records = read_records(Path(data_path))
+    texts = [r["text"] for r in records]
+    gold = [gold_triples(r) for r in records]
+    predicted = _predict(model_dir, precision, texts)
+    reference = _predict(baseline_dir, baseline_precision, texts)
+    same = sum(p == r for p, r in zip(predicted, reference, strict=True))
+    return Comparison(score(predicted, gold), score(reference, gold), same)
