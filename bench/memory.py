@@ -26,6 +26,11 @@ def run(
     kept = [r for r in previous.get("runtimes", []) if r["runtime"] not in runtimes]
     results: list[Any] = []
     for name in runtimes:
+        if name == "spo-int8":
+            from bench.rbt6 import build_int8
+
+            if build_int8() is None:
+                continue
         result = run_worker(
             "memory",
             "--runtime", name,

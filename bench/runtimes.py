@@ -9,7 +9,8 @@ decoding), so only the model call differs:
 - ``tf2-function``: a ``tf.function`` with an ``input_signature`` of ``None`` dims around the call;
 - ``spo`` / ``spo-jemalloc``: ``Extractor.load`` of the graph export (Session, bucketed shapes, warmed),
   the latter in a process started with jemalloc in ``LD_PRELOAD``;
-- ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons).
+- ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons);
+- ``spo-int8``: ``spo`` over the int8 copy of the graph export (``spo quantize``, ``precision="int8"``).
 
 Each naive runtime implements ``nlp.protocols.Runtime``, the interface ``Extractor`` runs its model
 through. TensorFlow is imported inside the functions: a process picks one runtime.
@@ -28,7 +29,15 @@ from nlp.config import LoadOptions
 if TYPE_CHECKING:
     from nlp.pipeline import Extractor
 
-RUNTIMES = ("tf2-call", "tf2-signature", "tf2-function", "spo", "spo-jemalloc", "spo-bf16")
+RUNTIMES = (
+    "tf2-call",
+    "tf2-signature",
+    "tf2-function",
+    "spo",
+    "spo-jemalloc",
+    "spo-bf16",
+    "spo-int8",
+)
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
 
 
@@ -86,8 +95,10 @@ def extractor_for(
     """An ``Extractor`` over runtime ``kind``, with ``intra`` / ``inter`` TensorFlow threads."""
     from nlp.config import load_extractor
 
+    if kind == "spo-int8":
+        precision = "int8"
     options = LoadOptions(
-        Path(dirs["graph"]),
+        Path(dirs["int8" if precision == "int8" else "graph"]),
         precision="bf16" if kind == "spo-bf16" else precision,
         intra_op_threads=intra,
         inter_op_threads=inter,
