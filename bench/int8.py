@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.common import CACHE_DIR, PROJECT_ROOT, write_result
+from bench.common import CACHE_DIR, PROJECT_ROOT, read_result, write_result
 from bench.runner import run_worker
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,10 @@ def run(
         logger.warning("no int8 model can be built here: int8 step skipped")
         return {}
     threads = ["--intra", str(intra), "--inter", str(inter)]
-    doc: dict[str, Any] = {"intra_op_threads": intra, "inter_op_threads": inter}
+    # Sections not run now are kept from the last run (each is one measurement).
+    previous = read_result("int8") or {}
+    doc: dict[str, Any] = {k: previous[k] for k in ("speed", "memory", "quality") if k in previous}
+    doc |= {"intra_op_threads": intra, "inter_op_threads": inter}
     doc["targets"] = TARGETS
     if "speed" in steps:
         doc["speed"] = run_worker("int8", *threads, "--requests", str(requests))
