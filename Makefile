@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ONNX_STAMP := $(VENV)/.installed-onnx
 SPARK_STAMP := $(VENV)/.installed-spark
+QUANTIZE_STAMP := $(VENV)/.installed-quantize
 
 .DEFAULT_GOAL := help
 .PHONY: help venv extra-onnx extra-spark check format test test-fast serve bench demo-model ner-model clean
@@ -36,6 +37,12 @@ $(SPARK_STAMP): $(STAMP) requirements-spark.lock
 	$(BIN)/pip install -q -r requirements-spark.lock
 	@touch $@
 
+extra-quantize: $(QUANTIZE_STAMP)  ## install the optional quantize extra (spo quantize)
+
+$(QUANTIZE_STAMP): $(STAMP) requirements-quantize.lock
+	$(BIN)/pip install -q -r requirements-quantize.lock
+	@touch $@
+
 check: venv  ## lint, format check and type check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -45,7 +52,7 @@ format: venv  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: venv $(ONNX_STAMP) $(SPARK_STAMP)  ## the whole test suite, slow and live tests included
+test: venv $(ONNX_STAMP) $(SPARK_STAMP) $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included
 	$(BIN)/pytest
 
 test-fast: venv  ## the suite without slow and live tests

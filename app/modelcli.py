@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from app.options import precision_option
-from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR, DEMO_VOCAB
+from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from training.config import TASKS, TrainConfig
 
 
@@ -135,16 +135,54 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the records the model got wrong (JSON lines) here.",
 )
-@precision_option()
+@precision_option(
+    default=None,
+    help_lead="Run the model in this precision (default: the model's own, fp32 or int8)",
+)
+@click.option(
+    "--baseline",
+    "baseline_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Also score this model (e.g. the fp32 parent of an int8 model) and count the texts whose "
+    "triples are identical in both.",
+)
+@click.option(
+    "--baseline-precision",
+    type=click.Choice(list(PRECISIONS)),
+    default=None,
+    help="Precision of --baseline (default: its own).",
+)
 def evaluate_command(
-    data_path: Path, model_dir: Path, errors_path: Path | None, precision: str
+    data_path: Path,
+    model_dir: Path,
+    errors_path: Path | None,
+    precision: str | None,
+    baseline_dir: Path | None,
+    baseline_precision: str | None,
 ) -> None:
     """Micro precision / recall / F1 on DATA_PATH: exact (subject, predicate, object) triples for a
-    triples model, exact entities (span and type) for an entities model."""
+    triples model, exact entities (span and type) for an entities model.
+
+    With --baseline: both models' scores, the F1 difference and the share of texts whose results
+    are identical (how an int8 model is checked against its fp32 parent).
+    """
     from nlp.errors import ModelLoadError
-    from training.evaluate import evaluate
+    from training.evaluate import compare, evaluate
 
     try:
+        if baseline_dir is not None:
+            if errors_path is not None:
+                raise click.UsageError("--errors is for one model; leave out --baseline")
+            comparison = compare(
+                model_dir,
+                baseline_dir,
+                data_path,
+                precision=precision,
+                baseline_precision=baseline_precision,
+            )
+            click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
+            return
         scores, errors = evaluate(model_dir, data_path, precision=precision)
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -261,4 +299,54 @@ def export_onnx_command(
     click.echo(f"onnx model ({precision}) written to {result}")
 
 
-COMMANDS = (make_corpus, train_command, evaluate_command, export_command, export_onnx_command)
+@click.command("quantize")
+@click.argument("model_dir", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--calibration",
+    "calibration_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Your own sentences: JSON lines with a 'text' field, or plain text, one a line "
+    "(default: 200 sentences of the demo corpus).",
+)
+@click.option(
+    "--max-texts",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Calibrate on at most the first this many texts of --calibration.",
+)
+@click.option("--force", is_flag=True, help="Replace OUT_DIR if it exists.")
+def quantize_command(
+    model_dir: Path, out_dir: Path, calibration_path: Path | None, max_texts: int, force: bool
+) -> None:
+    """Write an int8 copy of the fp32 model in MODEL_DIR to OUT_DIR (served with precision int8).
+
+    Static post-training quantization with Intel Neural Compressor (the optional extra:
+    pip install -r requirements-quantize.lock), calibrated on real sentences. Check the result
+    with `spo evaluate DATA --model OUT_DIR --baseline MODEL_DIR`.
+    """
+    from training.quantize import QuantizeError, quantize, read_calibration
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        calibration = (
+            read_calibration(calibration_path, max_texts=max_texts)
+            if calibration_path is not None
+            else None
+        )
+        result = quantize(model_dir, out_dir, calibration=calibration, force=force)
+    except QuantizeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"int8 model written to {result}")
+
+
+COMMANDS = (
+    make_corpus,
+    train_command,
+    evaluate_command,
+    export_command,
+    export_onnx_command,
+    quantize_command,
+)

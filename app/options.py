@@ -12,12 +12,14 @@ from nlp.config import DEFAULT_PRECISION, PRECISIONS, precision_help
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def precision_option() -> Decorator:
+def precision_option(
+    default: str | None = DEFAULT_PRECISION, help_lead: str = "Model precision"
+) -> Decorator:
     """``--precision``: the choices and their help come from ``nlp.config.PRECISIONS``."""
     return click.option(
         "--precision",
         type=click.Choice(list(PRECISIONS)),
-        default=DEFAULT_PRECISION,
-        show_default=True,
-        help=f"Model precision ({precision_help()}).",
+        default=default,
+        show_default=default is not None,
+        help=f"{help_lead} ({precision_help()}).",
     )

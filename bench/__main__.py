@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|percall|peer|threads|http|microbatch|limits|report]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|peer|threads|http|microbatch|limits|report]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -19,6 +19,7 @@ STEPS = (
     "memory",
     "batch",
     "precision",
+    "int8",
     "percall",
     "peer",
     "threads",
@@ -92,9 +93,10 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         log.info("step %s", step)
         if step == "model":
-            from bench.rbt6 import build_model
+            from bench.rbt6 import build_int8, build_model
 
             log.info("model dirs: %s", build_model(force=args.rebuild))
+            log.info("int8 model: %s", build_int8(force=args.rebuild))
         elif step == "padding":
             from bench import padding
 
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
             from bench import precision
 
             precision.run(intra=args.intra, inter=args.inter)
+        elif step == "int8":
+            from bench import int8
+
+            int8.run(intra=args.intra, inter=args.inter, requests=min(args.requests, 1000))
         elif step == "percall":
             from bench import percall
 

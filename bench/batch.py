@@ -38,7 +38,11 @@ def _agreement() -> dict[str, Any] | None:
 def run(
     *, intra: int = 2, inter: int = 1, seconds: float = 5.0, texts: int = 256
 ) -> dict[str, Any]:
+    from bench.rbt6 import build_int8
+
     precisions = ["fp32", "bf16"] if cpu_info()["bf16"] else ["fp32"]
+    if build_int8() is not None:
+        precisions.append("int8")
     rows = {}
     for i, precision in enumerate(precisions):
         args = ["--precision", precision, "--intra", str(intra), "--inter", str(inter)]

@@ -17,6 +17,7 @@ import numpy as np
 from nlp.config import DEMO_VOCAB, PROJECT_ROOT  # noqa: F401  (re-exported for the bench steps)
 
 BENCH_DIR = Path(__file__).resolve().parent
+JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
 CACHE_DIR = BENCH_DIR / ".cache"
 RESULTS_DIR = BENCH_DIR / "results"
 RAW_DIR = CACHE_DIR / "raw"

@@ -37,6 +37,11 @@ def run(
             logger.warning("%s skipped: %s", ", ".join(r for r in runtimes if r in ORT), exc)
             runtimes = tuple(r for r in runtimes if r not in ORT)
     for name in runtimes:
+        if name == "spo-int8":
+            from bench.rbt6 import build_int8
+
+            if build_int8() is None:
+                continue
         result = run_worker(
             "memory",
             "--runtime", name,

@@ -15,15 +15,18 @@ from bench.worker import PERCALL_LENGTHS
 
 logger = logging.getLogger(__name__)
 
-RUNS = (("tf2-signature", "fp32"), ("spo", "fp32"), ("spo", "bf16"))
+RUNS = (("tf2-signature", "fp32"), ("spo", "fp32"), ("spo", "bf16"), ("spo", "int8"))
 
 
 def run(*, intra: int = 2, inter: int = 1, repeats: int = 15) -> dict[str, Any]:
     from bench.common import cpu_info
+    from bench.rbt6 import build_int8
 
     results = []
     for runtime, precision in RUNS:
         if precision == "bf16" and not cpu_info()["bf16"]:
+            continue
+        if precision == "int8" and build_int8() is None:
             continue
         args = ["--runtime", runtime, "--precision", precision, "--repeats", str(repeats)]
         args += ["--intra", str(intra), "--inter", str(inter)]

@@ -175,3 +175,35 @@ def build_model(force: bool = False) -> dict[str, Path]:
         "built RBT6 GPLinker (%d parameters) in %.0fs", params, time.perf_counter() - started
     )
     return dirs
+
+
+def int8_dir() -> Path:
+    """Where the int8 copy of the graph export lives (``build_int8``)."""
+    return CACHE_DIR / f"rbt6-{cache_key()}" / "int8"
+
+
+INT8_CALIBRATION_TEXTS = 100
+
+
+def build_int8(force: bool = False) -> Path | None:
+    """``spo quantize`` of the graph export (demo-corpus calibration, as the tool's default), unless
+    cached; ``None`` where it cannot be made (no quantize extra, or no oneDNN int8 here)."""
+    out = int8_dir()
+    if not force and (out / "model.json").is_file():
+        return out
+    import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
+    from training.quantize import QuantizeError, demo_calibration, quantize
+
+    try:
+        started = time.perf_counter()
+        quantize(
+            model_dirs()["graph"],
+            out,
+            calibration=demo_calibration(INT8_CALIBRATION_TEXTS),
+            force=True,
+        )
+    except QuantizeError as exc:
+        logger.warning("no int8 model: %s", exc)
+        return None
+    logger.info("quantized the RBT6 model in %.0fs", time.perf_counter() - started)
+    return out

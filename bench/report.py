@@ -206,6 +206,7 @@ def tables() -> str:
     out += percall_table(read_result("percall"))
     out += peer_table(read_result("peer"))
     out += precision_table(read_result("precision"))
+    out += int8_table(read_result("int8"))
     out += microbatch_table(read_result("microbatch"))
     return "\n".join(out).rstrip() + "\n"
 
@@ -253,6 +254,60 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
             f"(latency ratio to the peer: {ratios})"
         )
     out.append("")
+    return out
+
+
+def int8_table(doc: dict[str, Any] | None) -> list[str]:
+    """int8 against fp32: speed, memory and quality (``bench/int8.py``)."""
+    if not doc:
+        return []
+    out = [f"### int8 vs fp32 ({doc['when']}; intra-op {doc['intra_op_threads']})", ""]
+    speed = doc.get("speed")
+    if speed:
+        shapes = list(speed["fp32"]["median_ms"])
+        out += [
+            "RBT6, one process, interleaved rounds, median ms per model call:",
+            "",
+            "| batch x length | " + " | ".join(shapes) + " |",
+            "|---|" + "---|" * len(shapes),
+            "| spo fp32 | "
+            + " | ".join(f"{speed['fp32']['median_ms'][k]:.1f}" for k in shapes)
+            + " |",
+            "| spo int8 | "
+            + " | ".join(f"{speed['int8']['median_ms'][k]:.1f}" for k in shapes)
+            + " |",
+            "| speed-up | " + " | ".join(f"{speed['speedup'][k]:.2f}x" for k in shapes) + " |",
+            "",
+            f"Single-text requests ({speed['requests']:,} workload texts, alternating blocks): fp32 "
+            f"{speed['fp32']['single_text']['texts_per_s']:.1f} texts/s, int8 "
+            f"{speed['int8']['single_text']['texts_per_s']:.1f} texts/s "
+            f"({speed['speedup']['single_text_texts_per_s']:.2f}x).",
+            "",
+        ]
+    memory = doc.get("memory")
+    if memory:
+        out += [
+            "| RBT6, fresh process | RSS after load + warm-up (MiB) | RSS at end (MiB) | cold start (s) | shapes warmed |",
+            "|---|---|---|---|---|",
+        ]
+        for name, m in memory.items():
+            out.append(
+                f"| {name} | {m['rss_after_load_mib']:,.0f} | {m['rss_end_mib']:,.0f} | "
+                f"{m['cold_start_s']:.1f} | {m['shapes_warmed']} |"
+            )
+        out.append("")
+    quality = doc.get("quality")
+    if quality:
+        out += [
+            "| demo set | texts | F1 fp32 | F1 int8 | F1 delta | texts with identical triples |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, q in quality.items():
+            out.append(
+                f"| {name} | {q['records']:,} | {q['baseline']['f1']:.4f} | {q['model']['f1']:.4f} "
+                f"| {q['f1_delta']:+.4f} | {q['identical_texts']:,} ({100 * q['identical_share']:.1f}%) |"
+            )
+        out.append("")
     return out
 
 

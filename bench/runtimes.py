@@ -12,6 +12,7 @@ decoding), so only the model call differs:
 - ``spo-bf16``: ``spo`` with ``precision="bf16"`` (opt-in mode; not one of the fp32 comparisons);
 - ``ort-fp32`` / ``ort-int8``: ``Extractor.load`` of the ONNX conversions of the graph export
   (``bench.peer.onnx_dirs``): the opt-in ``onnx`` engine, ONNX Runtime behind the same buckets.
+- ``spo-int8``: ``spo`` over the int8 copy of the graph export (``spo quantize``, ``precision="int8"``).
 
 Each naive runtime implements ``nlp.protocols.Runtime``, the interface ``Extractor`` runs its model
 through. TensorFlow is imported inside the functions: a process picks one runtime.
@@ -39,6 +40,7 @@ RUNTIMES = (
     "spo-bf16",
     "ort-fp32",
     "ort-int8",
+    "spo-int8",
 )
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
 ORT = ("ort-fp32", "ort-int8")
@@ -104,8 +106,10 @@ def extractor_for(
         return load_extractor(
             LoadOptions(Path(onnx_dirs()[kind]), intra_op_threads=intra, inter_op_threads=inter)
         )
+    if kind == "spo-int8":
+        precision = "int8"
     options = LoadOptions(
-        Path(dirs["graph"]),
+        Path(dirs["int8" if precision == "int8" else "graph"]),
         precision="bf16" if kind == "spo-bf16" else precision,
         intra_op_threads=intra,
         inter_op_threads=inter,

@@ -18,7 +18,7 @@ import psutil
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
 from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_half
-from bench.rbt6 import flops_per_token, model_dirs, vocab_size
+from bench.rbt6 import flops_per_token, int8_dir, model_dirs, vocab_size
 from bench.runtimes import NAIVE, extractor_for
 from bench.workload import request_texts, texts
 from nlp.config import LoadOptions, load_extractor
@@ -32,7 +32,7 @@ def _rss() -> int:
 
 
 def _dirs() -> dict[str, str]:
-    return {k: str(v) for k, v in model_dirs().items()}
+    return {k: str(v) for k, v in model_dirs().items()} | {"int8": str(int8_dir())}
 
 
 def memory(args: argparse.Namespace) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def _peak(dtype: str, intra: int, inter: int, n: int = 2048, repeats: int = 8) -
 
 def _options(args: argparse.Namespace, model_dir: str | None = None) -> LoadOptions:
     return LoadOptions(
-        Path(model_dir or _dirs()["graph"]),
+        Path(model_dir or _dirs()["int8" if args.precision == "int8" else "graph"]),
         precision=args.precision,
         intra_op_threads=args.intra,
         inter_op_threads=args.inter,
@@ -416,6 +416,62 @@ def peer(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+INT8_LENGTHS = (16, 32, 64, 128, 256)
+INT8_BATCH = (8, 128)
+
+
+def int8(args: argparse.Namespace) -> dict[str, Any]:
+    """spo fp32 and spo int8 in one process, interleaved: model calls at the issue's shapes, then
+    single-text requests of the workload in alternating blocks (same texts for both)."""
+    runtimes = {
+        p: extractor_for("spo", _dirs(), args.intra, args.inter, precision=p)
+        for p in ("fp32", "int8")
+    }
+    rng = np.random.default_rng(3)
+    shapes = [(1, n) for n in INT8_LENGTHS] + [INT8_BATCH]
+    inputs = {s: rng.integers(672, 21000, size=s).astype(np.int32) for s in shapes}
+    calls: dict[str, dict[str, list[float]]] = {p: {} for p in runtimes}
+    for _ in range(args.rounds):
+        for p, ex in runtimes.items():
+            for shape, ids in inputs.items():
+                seg = np.zeros_like(ids)
+                for _ in range(2):
+                    ex.runtime.run(ids, seg)
+                times = calls[p].setdefault(f"{shape[0]}x{shape[1]}", [])
+                for _ in range(args.repeats):
+                    t = time.perf_counter()
+                    ex.runtime.run(ids, seg)
+                    times.append(time.perf_counter() - t)
+    stream = request_texts(args.requests)
+    block = 25
+    latencies: dict[str, list[float]] = {p: [] for p in runtimes}
+    for i in range(0, len(stream), block):
+        for p, ex in runtimes.items():
+            for text in stream[i : i + block]:
+                t = time.perf_counter()
+                ex.extract(text)
+                latencies[p].append(time.perf_counter() - t)
+    out: dict[str, Any] = {"rounds": args.rounds, "repeats": args.repeats, "requests": len(stream)}
+    for p in runtimes:
+        out[p] = {
+            "median_ms": {k: round(float(np.median(v)) * 1000, 2) for k, v in calls[p].items()},
+            "single_text": {
+                "texts_per_s": round(len(latencies[p]) / sum(latencies[p]), 2),
+                "latency_ms": percentiles_ms(latencies[p]),
+            },
+        }
+    out["speedup"] = {
+        k: round(out["fp32"]["median_ms"][k] / out["int8"]["median_ms"][k], 2)
+        for k in out["fp32"]["median_ms"]
+    } | {
+        "single_text_texts_per_s": round(
+            out["int8"]["single_text"]["texts_per_s"] / out["fp32"]["single_text"]["texts_per_s"],
+            2,
+        )
+    }
+    return out
+
+
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
     ex = extractor_for("spo", _dirs(), args.intra, args.inter)
@@ -436,7 +492,7 @@ def threads(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     parser.add_argument(
-        "mode", choices=("memory", "batch", "threads", "precision", "percall", "peer")
+        "mode", choices=("memory", "batch", "threads", "precision", "percall", "peer", "int8")
     )
     parser.add_argument("--runtime", default="spo")
     parser.add_argument("--requests", type=int, default=20_000)
@@ -453,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--data", nargs="*", default=[])
     parser.add_argument("--mode-dir", action="append", default=[], help="PRECISION=MODEL_DIR")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     modes = {
@@ -462,6 +519,7 @@ def main(argv: list[str] | None = None) -> None:
         "precision": precision,
         "percall": percall,
         "peer": peer,
+        "int8": int8,
     }
     result = modes[args.mode](args)
     args.out.parent.mkdir(parents=True, exist_ok=True)

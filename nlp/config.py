@@ -6,7 +6,7 @@ No TensorFlow here: this module is imported by the gunicorn master and the batch
 stay light; ``load_extractor`` imports ``nlp.pipeline`` (and with it TensorFlow) only when it runs.
 
 >>> LoadOptions("models/demo", precision="fp64").problems()
-["precision must be one of fp32, bf16, got 'fp64'"]
+["precision must be one of fp32, bf16, int8, got 'fp64'"]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ DEFAULT_MAX_BATCH_TOKENS = 4096
 PRECISIONS: dict[str, str] = {
     "fp32": "float32 on any CPU (the default)",
     "bf16": "bfloat16 matmuls; needs a CPU with AVX-512 BF16 or AMX",
+    "int8": "an int8 model directory (spo quantize); needs oneDNN and AVX-512 VNNI, AVX-VNNI or AMX",
 }
 DEFAULT_PRECISION = "fp32"
 

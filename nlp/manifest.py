@@ -18,6 +18,8 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "batch_buckets": [1, 2, 4, 8, 16, 32],
       "single_row_length_step": 8,               # optional; null = one-row batches use length_buckets
       "engine": {"name": "onnx", "file": "model.onnx", ...}   # optional; absent = the TF SavedModel
+      "precision": "fp32",                       # optional; "int8": written by `spo quantize`
+      "quantization": {...}                      # int8 only: tool, version, calibration set, parent
     }
 
 ``outputs`` lists tensor names in role order: ``[entity, head, tail]`` for triples (GPLinker), and
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp.config import PROJECT_ROOT
-from nlp.errors import ManifestError
+from nlp.errors import ManifestError, UnsupportedPrecision
 
 FORMAT_VERSION = 1
 TASKS = ("triples", "entities")
@@ -72,6 +74,11 @@ class EngineSpec:
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "precision": self.precision, "opset": self.opset}
+
+
+# What a model directory's weights are: fp32 (trained, exported), or int8 (``spo quantize``). bf16 is
+# a way of running an fp32 model, not a kind of model directory.
+MODEL_PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,8 @@ class Manifest:
     def engine(self) -> str:
         """``tf`` (the SavedModel in a Session, the default) or ``onnx`` (``spo export-onnx``)."""
         return self.engine_spec.name if self.engine_spec is not None else "tf"
+    precision: str = "fp32"
+    quantization: dict[str, Any] | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -125,6 +134,20 @@ class Manifest:
     @property
     def n_outputs(self) -> int:
         return 3 if self.task == "triples" else 1
+
+    def check_precision(self, precision: str) -> None:
+        """Raise ``UnsupportedPrecision`` unless this directory can run in ``precision``: an int8
+        directory (``spo quantize``) only as int8, an fp32 one as anything but int8."""
+        if self.precision == "int8" and precision != "int8":
+            raise UnsupportedPrecision(
+                f"{self.directory} is an int8 model (spo quantize); it runs only with precision "
+                f"int8, not {precision}"
+            )
+        if self.precision != "int8" and precision == "int8":
+            raise UnsupportedPrecision(
+                f"precision int8 needs an int8 model directory; {self.directory} is "
+                f"{self.precision}: make one with `spo quantize {self.directory} OUT_DIR`"
+            )
 
     def summary(self) -> dict[str, Any]:
         """What a client may know of the model (``GET /v1/model``); no file paths."""
@@ -385,6 +408,14 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
             f"expected an integer from 1 to max_length ({max_length}), or null, got {step!r}",
         )
     engine = _engine(doc, directory, check_files=check_files)
+    precision = doc.get("precision", "fp32")
+    if precision not in MODEL_PRECISIONS:
+        raise _fail(
+            "precision", f"expected one of {', '.join(MODEL_PRECISIONS)}, got {precision!r}"
+        )
+    quantization = doc.get("quantization")
+    if precision == "int8" and not isinstance(quantization, dict):
+        raise _fail("quantization", "an int8 model must record how it was quantized (an object)")
     return Manifest(
         directory=directory.resolve(),
         name=name,
@@ -402,6 +433,8 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         length_buckets=length_buckets,
         batch_buckets=batch_buckets,
         single_row_length_step=step,
+        precision=precision,
+        quantization=quantization if precision == "int8" else None,
         engine_spec=engine,
     )
 

@@ -177,6 +177,7 @@ class Extractor:
         if problems:
             raise ValueError("; ".join(problems))
         manifest = load_manifest(options.model_dir)
+        manifest.check_precision(options.precision)
         tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
         buckets = BucketSpec(
             manifest.length_buckets,

@@ -48,6 +48,48 @@ def cpu_supports_bf16() -> bool:
     return "avx512_bf16" in words or "amx_bf16" in words
 
 
+# CPU flags of int8 dot-product instructions. Without them oneDNN multiplies u8 x s8 with
+# ``vpmaddubsw``, whose 16-bit intermediate sums saturate: results drift, and it is no faster.
+INT8_CPU_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        return set(Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace").split())
+    except OSError:
+        return set()
+
+
+def _onednn_enabled() -> bool:
+    """Whether TensorFlow runs oneDNN kernels in this process (built with oneDNN and not switched
+    off with ``TF_ENABLE_ONEDNN_OPTS=0``; TensorFlow itself reads that variable)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def int8_support() -> str | None:
+    """``None`` if this process can run an int8 model, else the reason it cannot (for the error).
+
+    Quantized ops (``QuantizeV2``, ``QuantizedMatMulWithBiasAndDequantize``) have only oneDNN
+    kernels on CPU, and are worth running only with int8 dot-product instructions.
+    """
+    if not _onednn_enabled():
+        return (
+            "TensorFlow runs without oneDNN here (a build without it, or TF_ENABLE_ONEDNN_OPTS=0), "
+            "and quantized ops have no other CPU kernels"
+        )
+    if not _cpu_flags() & set(INT8_CPU_FLAGS):
+        return (
+            f"this CPU has no int8 dot-product instructions ({', '.join(INT8_CPU_FLAGS)} in "
+            "/proc/cpuinfo)"
+        )
+    return None
+
+
 @contextlib.contextmanager
 def _quiet_tf_logger() -> Iterator[None]:
     """Hide TensorFlow's deprecation warnings for the duration (they name APIs we chose on purpose)."""
@@ -189,6 +231,11 @@ def _rewrite(
     return counts
 
 
+def freeze_graph_def(session: Any, graph: Any, output_names: Sequence[str]) -> Any:
+    """The graph ``SessionRuntime`` runs for bf16 (``_freeze``), for offline tools (``spo quantize``)."""
+    return _freeze(session, graph, output_names)
+
+
 def _release_free_heap() -> None:
     """Hand glibc's free heap pages back to the OS after loading (a no-op under other allocators).
 
@@ -224,6 +271,10 @@ class SessionRuntime:
             raise UnsupportedPrecision(
                 "precision bf16 needs a CPU with AVX-512 BF16 or AMX (avx512_bf16 / amx_bf16 in "
                 "/proc/cpuinfo); this one has neither: use fp32"
+            )
+        if precision == "int8" and (reason := int8_support()) is not None:
+            raise UnsupportedPrecision(
+                f"precision int8 cannot run here: {reason}; serve the fp32 model instead"
             )
         self.model_dir = Path(model_dir)
         self.precision = precision

@@ -111,29 +111,41 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
     return out
 
 
+def model_precision(model_dir: str | Path) -> str:
+    """The precision a model directory runs in by default: its own (``int8`` after quantization)."""
+    from nlp.manifest import load_manifest
+
+    return load_manifest(model_dir).precision
+
+
+def _predict(
+    model_dir: str | Path, precision: str | None, records: Sequence[dict[str, Any]]
+) -> tuple[str, list[set[Any]], list[set[Any]]]:
+    """The model's task, its predictions on ``records`` and their gold for that task."""
+    from nlp.pipeline import Extractor
+
+    texts = [r["text"] for r in records]
+    with Extractor.load(model_dir, precision=precision or model_precision(model_dir)) as extractor:
+        task = extractor.manifest.task
+        if task == "entities":
+            return task, list(predict_entities(extractor, texts)), [gold_entities(r) for r in records]
+        return task, list(predict_triples(extractor, texts)), [gold_triples(r) for r in records]
+
+
 def evaluate(
-    model_dir: str | Path, data_path: str | Path, *, precision: str = "fp32"
+    model_dir: str | Path, data_path: str | Path, *, precision: str | None = None
 ) -> tuple[Scores, list[dict[str, Any]]]:
     """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection).
 
     The model's task decides what is scored: triples, or entities (errors then list
-    ``[start, end, type, text]``)."""
-    from nlp.pipeline import Extractor
-
+    ``[start, end, type, text]``). ``precision`` ``None``: the model's own (fp32, or int8 for a
+    quantized directory).
+    """
     records = read_records(Path(data_path))
-    extractor = Extractor.load(model_dir, precision=precision)
-    texts = [r["text"] for r in records]
-    predicted: list[set[Any]]
-    gold: list[set[Any]]
-    if extractor.manifest.task == "entities":
-        predicted = list(predict_entities(extractor, texts))
-        gold = [gold_entities(r) for r in records]
-    else:
-        predicted = list(predict_triples(extractor, texts))
-        gold = [gold_triples(r) for r in records]
+    task, predicted, gold = _predict(model_dir, precision, records)
 
     def shown(items: set[Any], text: str) -> list[Any]:
-        if extractor.manifest.task == "entities":
+        if task == "entities":
             return [[s, e, t, text[s:e]] for s, e, t in sorted(items)]
         return sorted(items)
 
@@ -146,5 +158,43 @@ def evaluate(
         for r, p, g in zip(records, predicted, gold, strict=True)
         if p != g
     ]
-    extractor.close()
     return score(predicted, gold), errors
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A model against a baseline on the same records (an int8 model against its fp32 parent)."""
+
+    scores: Scores
+    baseline: Scores
+    identical_texts: int
+
+    @property
+    def identical_share(self) -> float:
+        return self.identical_texts / self.scores.records if self.scores.records else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": self.scores.records,
+            "model": self.scores.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "f1_delta": round(self.scores.f1 - self.baseline.f1, 4),
+            "identical_texts": self.identical_texts,
+            "identical_share": round(self.identical_share, 4),
+        }
+
+
+def compare(
+    model_dir: str | Path,
+    baseline_dir: str | Path,
+    data_path: str | Path,
+    *,
+    precision: str | None = None,
+    baseline_precision: str | None = None,
+) -> Comparison:
+    """Scores of both models on ``data_path``, and on how many texts their results are identical."""
+    records = read_records(Path(data_path))
+    _, predicted, gold = _predict(model_dir, precision, records)
+    _, reference, _ = _predict(baseline_dir, baseline_precision, records)
+    same = sum(p == r for p, r in zip(predicted, reference, strict=True))
+    return Comparison(score(predicted, gold), score(reference, gold), same)

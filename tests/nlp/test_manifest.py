@@ -55,6 +55,8 @@ BAD = [
     ("inputs.segment_ids", lambda d: d.update(inputs={"token_ids": "x:0"})),
     ("format_version", lambda d: d.update(format_version=99)),
     ("do_lower_case", lambda d: d.update(do_lower_case="yes")),
+    ("precision", lambda d: d.update(precision="bf16")),
+    ("quantization", lambda d: d.update(precision="int8")),
 ]
 
 
@@ -90,3 +92,24 @@ def test_manifest_invalid_json_is_reported(model_copy):
     (model_copy / "model.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ManifestError, match="not valid JSON"):
         load_manifest(model_copy)
+
+
+def test_manifest_precision_decides_how_a_directory_may_run(model_copy):
+    from nlp.errors import UnsupportedPrecision
+
+    fp32 = load_manifest(model_copy)
+    assert fp32.precision == "fp32" and fp32.quantization is None
+    fp32.check_precision("fp32")
+    fp32.check_precision("bf16")
+    with pytest.raises(UnsupportedPrecision, match=r"needs an int8 model directory.*spo quantize"):
+        fp32.check_precision("int8")
+    made = {"tool": "neural-compressor-tf", "tool_version": "3.10"}
+    _edit(model_copy, lambda d: d.update(precision="int8", quantization=made))
+    int8 = load_manifest(model_copy)
+    assert int8.precision == "int8" and int8.quantization == made
+    int8.check_precision("int8")
+    for other in ("fp32", "bf16"):
+        with pytest.raises(
+            UnsupportedPrecision, match=f"runs only with precision int8, not {other}"
+        ):
+            int8.check_precision(other)

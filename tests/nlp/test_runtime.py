@@ -100,6 +100,24 @@ def test_runtime_bf16_is_refused_on_cpus_without_it(triples_model_dir, monkeypat
         _runtime(triples_model_dir, precision="fp16")
 
 
+def test_runtime_int8_is_refused_with_the_probe_reason(triples_model_dir, monkeypatch):
+    monkeypatch.setattr(runtime_module, "int8_support", lambda: "no oneDNN in this test")
+    with pytest.raises(UnsupportedPrecision, match="int8 cannot run here: no oneDNN in this test"):
+        _runtime(triples_model_dir, precision="int8")
+
+
+def test_runtime_int8_probe_names_what_is_missing(monkeypatch):
+    monkeypatch.setattr(runtime_module, "_onednn_enabled", lambda: False)
+    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx512_vnni", "avx2"})
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in runtime_module.int8_support()
+    monkeypatch.setattr(runtime_module, "_onednn_enabled", lambda: True)
+    assert runtime_module.int8_support() is None
+    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})
+    assert "no int8 dot-product instructions" in runtime_module.int8_support()
+    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx2", "avx_vnni"})
+    assert runtime_module.int8_support() is None
+
+
 @pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
 def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
     fp32 = _runtime(triples_model_dir)

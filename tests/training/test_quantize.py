@@ -1,0 +1,261 @@
+"""``spo quantize``: its input checks (fast), and the int8 demo model against its fp32 parent (slow).
+
+The slow tests quantize the committed demo model once per session (``int8_demo_dir``) through the
+``spo quantize`` command, on demo-corpus sentences, and serve the result with precision int8.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from training import quantize as quantize_module
+from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEMO = PROJECT_ROOT / "models" / "demo"
+EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
+F1_TOLERANCE = 0.01
+IDENTICAL_SHARE = 0.97
+
+
+# -- calibration files -------------------------------------------------------------------------
+
+
+def test_quantize_calibration_reads_json_lines_and_hashes_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cal.jsonl"
+    lines = [
+        {"text": "李白出生于碎叶城。"},
+        {"text": "  "},
+        {"text": "《静夜思》的作者是李白。", "x": 1},
+    ]
+    path.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n\n")
+    found = read_calibration(path)
+    assert found.texts == ("李白出生于碎叶城。", "《静夜思》的作者是李白。")
+    assert found.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert found.record() == {"source": "cal.jsonl", "texts": 2, "sha256": found.sha256}
+
+
+def test_quantize_calibration_reads_plain_text_and_caps_the_count(tmp_path: Path) -> None:
+    path = tmp_path / "cal.txt"
+    path.write_text("第一句。\n\n第二句。\n第三句。\n", encoding="utf-8")
+    found = read_calibration(path, max_texts=2)
+    assert found.texts == ("第一句。", "第二句。")
+    assert found.source == "cal.txt (first 2 of 3 texts)"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "no calibration texts"),
+        (b"\n  \n\t\n", "no calibration texts"),
+        (b'{"text": "a"}\nplain line\n', "line 2: not a JSON object"),
+        (b'{"text": "a"}\n{"texts": "b"}\n', "line 2: no 'text' string"),
+        (b'{"text": ""}\n', "every 'text' is empty"),
+        ("李白".encode("gbk"), "not UTF-8"),
+    ],
+)
+def test_quantize_calibration_refuses_unusable_files(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    path = tmp_path / "cal"
+    path.write_bytes(content)
+    with pytest.raises(QuantizeError, match=message):
+        read_calibration(path)
+
+
+def test_quantize_calibration_file_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(QuantizeError, match="calibration file not found"):
+        read_calibration(tmp_path / "missing.txt")
+
+
+def test_quantize_default_calibration_is_the_demo_corpus() -> None:
+    from training.quantize import demo_calibration
+
+    found = demo_calibration(5, seed=3)
+    assert len(found.texts) == 5 and all(len(t) > 5 for t in found.texts)
+    assert found.source == "demo corpus (spo make-corpus FILE --n 5 --seed 3)"
+    assert demo_calibration(5, seed=3) == found
+
+
+# -- model directories -------------------------------------------------------------------------
+
+
+def test_quantize_refuses_a_missing_or_foreign_directory(tmp_path: Path) -> None:
+    with pytest.raises(QuantizeError, match="model directory not found"):
+        check_parent(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(QuantizeError, match="is a file, not a model directory"):
+        check_parent(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(QuantizeError, match=r"not a usable model directory: .*model\.json"):
+        check_parent(tmp_path / "empty")
+
+
+def test_quantize_refuses_an_int8_model(triples_model_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "int8"
+    shutil.copytree(triples_model_dir, copy)
+    doc = json.loads((copy / "model.json").read_text(encoding="utf-8"))
+    doc["precision"] = "int8"
+    doc["quantization"] = {"tool": "neural-compressor-tf", "tool_version": "3.10"}
+    (copy / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    with pytest.raises(
+        QuantizeError, match=r"already quantized \(int8 by neural-compressor-tf 3\.10"
+    ):
+        check_parent(copy)
+
+
+def test_quantize_refuses_an_existing_out_dir_without_force(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(QuantizeError, match=r"exists \(use --force"):
+        check_out_dir(out, triples_model_dir, force=False)
+    assert check_out_dir(out, triples_model_dir, force=True) == out
+    with pytest.raises(QuantizeError, match="is the model directory itself"):
+        check_out_dir(triples_model_dir, triples_model_dir, force=True)
+
+
+def test_quantize_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(quantize_module.metadata, "version", missing)
+    with pytest.raises(QuantizeError, match=r"pip install -r requirements-quantize\.lock"):
+        quantize_module.tool_version()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["MISSING", "OUT"], "model directory not found"),
+        ([str(DEMO), str(DEMO)], "is the model directory itself"),
+        ([str(DEMO), "OUT", "--calibration", "EMPTY"], "no calibration texts"),
+        ([str(DEMO), "OUT", "--calibration", "MISSING"], "calibration file not found"),
+        ([str(DEMO), "EXISTING"], "exists (use --force to replace it)"),
+    ],
+)
+def test_quantize_command_refuses_bad_inputs_clearly(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "EMPTY").write_text("\n")
+    (tmp_path / "EXISTING").mkdir()
+    paths = [str(tmp_path / a) if a.isupper() else a for a in args]
+    result = CliRunner().invoke(main, ["quantize", *paths])
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "OUT").exists()
+
+
+# -- the int8 demo model (slow: quantization, then both models on the demo sets) ----------------
+
+
+@pytest.fixture(scope="session")
+def int8_demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``spo quantize models/demo`` on 60 demo-corpus sentences (training names, not the held-out)."""
+    from training.corpus import write_corpus
+
+    base = tmp_path_factory.mktemp("int8-demo")
+    calibration = base / "calibration.jsonl"
+    write_corpus(calibration, 60, 3, split="train")
+    out = base / "demo-int8"
+    result = CliRunner().invoke(
+        main, ["quantize", str(DEMO), str(out), "--calibration", str(calibration)]
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="session")
+def heldout_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 300 texts of the demo held-out set (``make demo-model``: seed 2, held-out names)."""
+    from training.corpus import write_corpus
+
+    path = tmp_path_factory.mktemp("heldout") / "heldout.jsonl"
+    write_corpus(path, 300, 2, split="heldout")
+    return path
+
+
+@pytest.mark.slow
+def test_quantize_writes_an_int8_model_directory_that_records_its_making(
+    int8_demo_dir: Path,
+) -> None:
+    from nlp.manifest import load_manifest, sha256_file
+
+    manifest = load_manifest(int8_demo_dir)
+    parent = load_manifest(DEMO)
+    assert manifest.precision == "int8" and parent.precision == "fp32"
+    made = manifest.quantization
+    assert made is not None
+    assert (made["tool"], made["tool_version"]) == ("neural-compressor-tf", "3.10")
+    calibration = int8_demo_dir.parent / "calibration.jsonl"
+    assert made["calibration"] == {
+        "source": "calibration.jsonl",
+        "texts": 60,
+        "sha256": sha256_file(calibration),
+    }
+    assert made["parent"]["saved_model_sha256"] == sha256_file(DEMO / "saved_model.pb")
+    # Every Dense of the demo encoder and heads (6 layers x 6 + 3 heads x 2) runs in int8.
+    assert made["quantized_ops"] == 42
+    assert manifest.labels == parent.labels and manifest.length_buckets == parent.length_buckets
+    assert manifest.vocab_path == (int8_demo_dir / "vocab.txt").resolve()
+    # The weights are variables again (held once when served), not constants in saved_model.pb.
+    assert (int8_demo_dir / "variables" / "variables.index").is_file()
+    assert (int8_demo_dir / "saved_model.pb").stat().st_size < 2_000_000
+    # What a quantized model does not do: be quantized again, or run as anything but int8.
+    with pytest.raises(QuantizeError, match="already quantized"):
+        check_parent(int8_demo_dir)
+
+
+@pytest.mark.slow
+def test_quantize_int8_demo_matches_its_fp32_parent_on_the_demo_sets(
+    int8_demo_dir: Path, heldout_path: Path
+) -> None:
+    from training.evaluate import compare
+
+    for data in (heldout_path, EVERYDAY):
+        result = compare(int8_demo_dir, DEMO, data)
+        assert result.scores.records == result.baseline.records > 30
+        assert abs(result.scores.f1 - result.baseline.f1) <= F1_TOLERANCE, result.to_dict()
+        if data == heldout_path:
+            assert result.identical_share >= IDENTICAL_SHARE, result.to_dict()
+            assert result.baseline.f1 > 0.9  # the parent is the trained demo model
+
+
+@pytest.mark.slow
+def test_quantize_int8_model_serves_only_as_int8(int8_demo_dir: Path) -> None:
+    from nlp.errors import UnsupportedPrecision
+    from nlp.pipeline import Extractor
+
+    with pytest.raises(UnsupportedPrecision, match="runs only with precision int8, not fp32"):
+        Extractor.load(int8_demo_dir, precision="fp32")
+    with pytest.raises(UnsupportedPrecision, match="spo quantize"):
+        Extractor.load(DEMO, precision="int8")
+    with Extractor.load(int8_demo_dir, precision="int8") as extractor:
+        ops = {op.type for op in extractor.runtime._graph.get_operations()}
+        assert "QuantizedMatMulWithBiasAndDequantize" in ops
+        assert extractor.runtime.graph_op_count == extractor.runtime.op_count  # finalized
+        found = extractor.extract("李白，字太白，出生于碎叶城。")
+        assert {(t.subject.span.text, t.predicate) for t in found.triples} >= {("李白", "出生地")}
+
+
+@pytest.mark.slow
+def test_evaluate_command_compares_a_model_with_its_baseline(int8_demo_dir: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["evaluate", str(EVERYDAY), "--model", str(int8_demo_dir), "--baseline", str(DEMO)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert doc["records"] == 32
+    assert set(doc) >= {"model", "baseline", "f1_delta", "identical_texts", "identical_share"}
+    assert doc["model"]["f1"] == pytest.approx(doc["baseline"]["f1"] + doc["f1_delta"], abs=1e-3)
