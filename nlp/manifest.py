@@ -121,6 +121,7 @@ class Manifest:
     def engine(self) -> str:
         """``tf`` (the SavedModel in a Session, the default) or ``onnx`` (``spo export-onnx``)."""
         return self.engine_spec.name if self.engine_spec is not None else "tf"
+
     precision: str = "fp32"
     quantization: dict[str, Any] | None = None
 

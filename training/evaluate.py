@@ -128,7 +128,11 @@ def _predict(
     with Extractor.load(model_dir, precision=precision or model_precision(model_dir)) as extractor:
         task = extractor.manifest.task
         if task == "entities":
-            return task, list(predict_entities(extractor, texts)), [gold_entities(r) for r in records]
+            return (
+                task,
+                list(predict_entities(extractor, texts)),
+                [gold_entities(r) for r in records],
+            )
         return task, list(predict_triples(extractor, texts)), [gold_triples(r) for r in records]
 
 
