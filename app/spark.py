@@ -323,7 +323,12 @@ class SparkSummary:
 
 
 class _ParseError(SpoError):
-    """A parse error carried from the parse stage to the extract stage, code and message intact."""
+    """A parse error carried from the parse stage to the extract stage, code and message intact.
+
+    The parse stage only produces catalogued input codes (``invalid_json``, ``invalid_input``...);
+    the class default is the general one."""
+
+    code = "invalid_input"
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

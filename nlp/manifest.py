@@ -116,14 +116,13 @@ class Manifest:
     batch_buckets: tuple[int, ...]
     single_row_length_step: int | None = DEFAULT_SINGLE_ROW_LENGTH_STEP
     engine_spec: EngineSpec | None = None
+    precision: str = "fp32"
+    quantization: dict[str, Any] | None = None
 
     @property
     def engine(self) -> str:
         """``tf`` (the SavedModel in a Session, the default) or ``onnx`` (``spo export-onnx``)."""
         return self.engine_spec.name if self.engine_spec is not None else "tf"
-
-    precision: str = "fp32"
-    quantization: dict[str, Any] | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
