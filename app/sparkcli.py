@@ -16,7 +16,7 @@ from app.options import precision_option
 from app.settings import DEFAULT_MODEL_DIR
 from nlp.config import DEFAULT_MAX_TEXT_CHARS
 
-INSTALL_HINT = "pip install 'spo-service[spark]' (or: make spark-venv)"
+INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spark)"
 
 
 @click.command("spark-extract")

@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|peer|threads|http|microbatch|limits|report]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|profile|peer|threads|http|microbatch|limits|report]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -21,6 +21,7 @@ STEPS = (
     "precision",
     "int8",
     "percall",
+    "profile",
     "peer",
     "threads",
     "http",
@@ -131,6 +132,10 @@ def main(argv: list[str] | None = None) -> None:
             from bench import percall
 
             percall.run(intra=args.intra, inter=args.inter)
+        elif step == "profile":
+            from bench import profile
+
+            profile.run(intra=args.intra, inter=args.inter)
         elif step == "peer":
             from bench import peer
 

@@ -43,6 +43,16 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
+def machine_label(machine: dict[str, Any]) -> str:
+    """A short name for a ``cpu_info()`` record: the CPU model and whether it has AMX.
+
+    >>> machine_label({"model": "AMD EPYC", "flags_simd": ["avx512_bf16"]})
+    'AMD EPYC, no AMX'
+    """
+    amx = any(f.startswith("amx") for f in machine.get("flags_simd", []))
+    return f"{machine['model']}, {'AMX' if amx else 'no AMX'}"
+
+
 def write_result(name: str, doc: dict[str, Any]) -> Path:
     """Write ``bench/results/<name>.json`` with the machine and time stamped in."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -23,10 +23,11 @@ import time
 from typing import Any
 
 from bench.common import write_result
+from nlp.config import DEFAULT_MAX_TEXT_CHARS
 
 logger = logging.getLogger(__name__)
 
-TEXT_CHARS = 10_000
+TEXT_CHARS = DEFAULT_MAX_TEXT_CHARS  # the worst request: every text at the default limit
 
 
 def _long_text(chars: int, offset: int = 0) -> str:

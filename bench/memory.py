@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.common import read_result, write_result
+from bench.common import cpu_info, read_result, write_result
 from bench.runner import run_worker
 from bench.runtimes import ORT, RUNTIMES
 
@@ -61,6 +61,7 @@ def run(
             result["texts_per_s"],
             result["latency_ms"]["p99"],
         )
+        result["machine"] = cpu_info()  # rows kept from earlier runs may come from another machine
         results.append(result)
         write_result("memory", _doc(requests, intra, inter, rss_every, kept + results))
     return _doc(requests, intra, inter, rss_every, kept + results)

@@ -27,9 +27,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from nlp.config import PROJECT_ROOT
 from nlp.manifest import resolve_vocab
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = PROJECT_ROOT / "bench" / "results" / "reload.json"
 TEXT = "《霸王别姬》是陈凯歌执导的电影，张国荣、巩俐主演。"
 

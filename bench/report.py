@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.common import PROJECT_ROOT, RESULTS_DIR, cpu_info, read_result
+from bench.common import PROJECT_ROOT, RESULTS_DIR, cpu_info, machine_label, read_result
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,12 @@ def charts() -> list[str]:
     return made
 
 
+def _on(doc: dict[str, Any]) -> str:
+    """A table's time stamp and the machine it ran on (results carry ``machine`` from ``cpu_info``)."""
+    machine = doc.get("machine")
+    return f"{doc['when']}; {machine_label(machine)}" if machine else doc["when"]
+
+
 def _fmt(v: Any, digits: int = 1) -> str:
     if v is None:
         return "-"
@@ -93,20 +99,22 @@ def tables() -> str:
     out: list[str] = []
     cpu = cpu_info()
     out += [
-        f"Machine: {cpu['model']}, {cpu['cpus']} CPUs, {cpu['memory_gib']} GiB; "
-        f"SIMD flags: {' '.join(cpu['flags_simd'])}.",
+        f"This machine: {cpu['model']}, {cpu['cpus']} CPUs, {cpu['memory_gib']} GiB; "
+        f"SIMD flags: {' '.join(cpu['flags_simd'])}. Each table names the machine it was measured "
+        "on (the CPU model, and whether it has AMX): ratios within one table are comparable, "
+        "absolute times across tables from different machines are not.",
         "",
     ]
     memory = read_result("memory")
     if memory:
         out += [
             "### Memory and latency (single-text requests; the count per runtime is in the table; "
-            f"intra-op {memory['intra_op_threads']}, inter-op {memory['inter_op_threads']}; {memory['when']})",
+            f"intra-op {memory['intra_op_threads']}, inter-op {memory['inter_op_threads']}; {_on(memory)})",
             "",
             "| runtime | requests | RSS after load | RSS end | growth after warm-up (from request) "
             "| slope 2nd half | p50 | p95 | p99 | texts/s | cold start (load + warm) | shapes seen "
-            "| first-seen shape: mean latency |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| first-seen shape: mean latency | machine |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in memory["runtimes"]:
             lat = r["latency_ms"]
@@ -119,14 +127,15 @@ def tables() -> str:
                 f"| {lat['p99']:.0f} ms | {r['texts_per_s']:.2f} "
                 f"| {r['cold_start_s']:.1f} s ({r['load_s']:.1f} + {r['warm_s']:.1f}) "
                 f"| {r['shapes_seen']} (warmed {r['shapes_warmed']}) "
-                f"| {_fmt(r['new_shape_latency_ms'])} ms vs {_fmt(r['seen_shape_latency_ms'])} ms |"
+                f"| {_fmt(r['new_shape_latency_ms'])} ms vs {_fmt(r['seen_shape_latency_ms'])} ms "
+                f"| {machine_label(r.get('machine') or memory['machine'])} |"
             )
         out.append("")
     batch = read_result("batch")
     if batch:
         peaks = batch["peak_gflops"]
         out += [
-            f"### Batch throughput (length 128, model only; {batch['when']})",
+            f"### Batch throughput (length 128, model only; {_on(batch)})",
             "",
             "Measured 2048x2048 matmul peak in a Session with the same threads: "
             + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items())
@@ -195,7 +204,7 @@ def tables() -> str:
         )
         out += [
             f"### HTTP soak ({http['requests']:,} requests, concurrency {http['concurrency']}, "
-            f"{http['workers']} gunicorn workers, jemalloc {'on' if http['jemalloc'] else 'off'}; {http['when']})",
+            f"{http['workers']} gunicorn workers, jemalloc {'on' if http['jemalloc'] else 'off'}; {_on(http)})",
             "",
             f"{http['requests_per_s']:.2f} requests/s over {http['seconds']:,.0f} s, "
             f"{http['errors']} errors; latency p50 {lat['p50']:.0f} ms, p90 {lat['p90']:.0f} ms, "
@@ -205,6 +214,7 @@ def tables() -> str:
         ]
     out += percall_table(read_result("percall"))
     out += peer_table(read_result("peer"))
+    out += profile_table(read_result("profile"))
     out += precision_table(read_result("precision"))
     out += int8_table(read_result("int8"))
     out += microbatch_table(read_result("microbatch"))
@@ -219,7 +229,7 @@ def percall_table(doc: dict[str, Any] | None) -> list[str]:
     names = [f"{r['runtime']} {r['precision']}" for r in runs]
     out = [
         f"### Model call at equal shapes (batch 1, median ms; intra-op {doc['intra_op_threads']}; "
-        f"{doc['when']})",
+        f"{_on(doc)})",
         "",
         "| tokens | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
@@ -241,7 +251,7 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
     out = [
         f"### spo against ONNX Runtime (median ms per call, {doc['rounds']} interleaved rounds of "
         f"{doc['calls_per_round']} calls; in brackets: speed-up over spo-fp32; intra-op "
-        f"{doc['intra_op_threads']}; {doc['when']})",
+        f"{doc['intra_op_threads']}; {_on(doc)})",
         "",
         *table(doc),
         "",
@@ -257,11 +267,27 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def profile_table(doc: dict[str, Any] | None) -> list[str]:
+    """Per-call latency with and without the graph rewrites, and time by op type (``bench/profile.py``)."""
+    if not doc:
+        return []
+    from bench.profile import table
+
+    return [
+        f"### Where a call's time goes: the graph rewrites (median ms per call, {doc['rounds']} "
+        f"interleaved rounds of {doc['calls_per_round']} calls; every runtime frozen; in brackets: "
+        f"speed-up over the same precision unrewritten; intra-op {doc['intra_op_threads']}; {_on(doc)})",
+        "",
+        *table(doc),
+        "",
+    ]
+
+
 def int8_table(doc: dict[str, Any] | None) -> list[str]:
     """int8 against fp32: speed, memory and quality (``bench/int8.py``)."""
     if not doc:
         return []
-    out = [f"### int8 vs fp32 ({doc['when']}; intra-op {doc['intra_op_threads']})", ""]
+    out = [f"### int8 vs fp32 ({_on(doc)}; intra-op {doc['intra_op_threads']})", ""]
     speed = doc.get("speed")
     if speed:
         shapes = list(speed["fp32"]["median_ms"])
@@ -317,7 +343,7 @@ def precision_table(doc: dict[str, Any] | None) -> list[str]:
         return []
     runs = doc["runs"]
     out = [
-        f"### bf16 vs fp32 on the demo model (models/demo; {doc['when']})",
+        f"### bf16 vs fp32 on the demo model (models/demo; {_on(doc)})",
         "",
         "| set | texts | F1 fp32 | F1 bf16 | texts with identical triples | within tolerance |",
         "|---|---|---|---|---|---|",
@@ -349,7 +375,7 @@ def microbatch_table(doc: dict[str, Any] | None) -> list[str]:
         f"### Micro-batching (single-text requests, concurrency {doc['concurrency']}, "
         f"{doc['workers']} gunicorn workers x intra-op {doc['intra_op_threads']} x "
         f"{doc['threads']} threads, at most {doc['max_texts']} texts per call; "
-        f"{doc['warmup_s']} s warm-up, then {doc['seconds_asked']} s per configuration; {doc['when']})",
+        f"{doc['warmup_s']} s warm-up, then {doc['seconds_asked']} s per configuration; {_on(doc)})",
         "",
         "| SPO_MICROBATCH_WAIT_MS | requests | requests/s | vs off | p50 | p90 | p99 | max | errors "
         "| requests per model call: mean (largest) |",

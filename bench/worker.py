@@ -472,6 +472,73 @@ def int8(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def profile(args: argparse.Namespace) -> dict[str, Any]:
+    """spo fp32 (and int8 where its directory exists) with and without the graph rewrites, in one
+    process: interleaved median latency per shape, then time per op type from traced calls."""
+    from bench.profile import SHAPES, TRACED_CALLS
+    from nlp.manifest import load_manifest
+    from nlp.runtime import SessionRuntime
+
+    dirs = _dirs()
+    manifest = load_manifest(dirs["graph"])
+    common = {
+        "shapes": list(SHAPES),
+        "input_names": manifest.input_names,
+        "output_names": manifest.output_names,
+        "n_outputs": manifest.n_outputs,
+        "vocab_size": vocab_size(),
+        "intra_op_threads": args.intra,
+        "inter_op_threads": args.inter,
+    }
+    modes = {"fp32": dirs["graph"]}
+    if Path(dirs["int8"], "model.json").is_file():
+        modes["int8"] = dirs["int8"]
+    runtimes: dict[str, SessionRuntime] = {}
+    for precision, model_dir in modes.items():
+        for rewritten in (False, True):
+            name = f"spo-{precision}" + ("" if rewritten else " unrewritten")
+            runtimes[name] = SessionRuntime(
+                model_dir, precision=precision, freeze=True, graph_rewrites=rewritten, **common
+            )
+            print(f"profile: {name} loaded ({runtimes[name].op_count} ops)", file=sys.stderr)
+    rng = np.random.default_rng(7)
+    inputs = {s: rng.integers(672, 21000, size=s).astype(np.int32) for s in SHAPES}
+    timings: dict[str, dict[str, list[float]]] = {name: {} for name in runtimes}
+    for _ in range(args.rounds):
+        for shape, ids in inputs.items():
+            seg = np.zeros_like(ids)
+            for name, runtime in runtimes.items():
+                for _ in range(3):
+                    runtime.run(ids, seg)
+                times = timings[name].setdefault(f"{shape[0]}x{shape[1]}", [])
+                for _ in range(args.repeats):
+                    t = time.perf_counter()
+                    runtime.run(ids, seg)
+                    times.append(time.perf_counter() - t)
+    by_type: dict[str, dict[str, dict[str, float]]] = {name: {} for name in runtimes}
+    for shape, ids in inputs.items():
+        seg = np.zeros_like(ids)
+        for name, runtime in runtimes.items():
+            traced = [runtime.op_time_by_type(ids, seg) for _ in range(TRACED_CALLS)]
+            types = set().union(*traced)
+            by_type[name][f"{shape[0]}x{shape[1]}"] = {
+                t: round(float(np.median([c.get(t, 0.0) for c in traced])), 3) for t in types
+            }
+    return {
+        "runtimes": {
+            name: {
+                "op_count": runtime.op_count,
+                "rewrites": runtime.rewrites,
+                "median_ms": {
+                    k: round(float(np.median(v)) * 1000, 2) for k, v in timings[name].items()
+                },
+                "ms_by_op_type": by_type[name],
+            }
+            for name, runtime in runtimes.items()
+        }
+    }
+
+
 def threads(args: argparse.Namespace) -> dict[str, Any]:
     """Load spo, say READY, wait for a line on stdin, then time ``requests`` single-text requests."""
     ex = extractor_for("spo", _dirs(), args.intra, args.inter)
@@ -492,7 +559,8 @@ def threads(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     parser.add_argument(
-        "mode", choices=("memory", "batch", "threads", "precision", "percall", "peer", "int8")
+        "mode",
+        choices=("memory", "batch", "threads", "precision", "percall", "peer", "int8", "profile"),
     )
     parser.add_argument("--runtime", default="spo")
     parser.add_argument("--requests", type=int, default=20_000)
@@ -520,6 +588,7 @@ def main(argv: list[str] | None = None) -> None:
         "percall": percall,
         "peer": peer,
         "int8": int8,
+        "profile": profile,
     }
     result = modes[args.mode](args)
     args.out.parent.mkdir(parents=True, exist_ok=True)

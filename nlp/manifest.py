@@ -56,7 +56,6 @@ DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
 MANIFEST_NAME = "model.json"
 ENGINES = ("tf", "onnx")
-ENGINE_PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
@@ -76,8 +75,9 @@ class EngineSpec:
         return {"name": self.name, "precision": self.precision, "opset": self.opset}
 
 
-# What a model directory's weights are: fp32 (trained, exported), or int8 (``spo quantize``). bf16 is
-# a way of running an fp32 model, not a kind of model directory.
+# What a model directory's weights (or its onnx engine's) are: fp32 (trained, exported), or int8
+# (``spo quantize``, ``spo export-onnx --precision int8``). bf16 is a way of running an fp32 model,
+# not a kind of model directory.
 MODEL_PRECISIONS = ("fp32", "int8")
 
 
@@ -459,9 +459,9 @@ def _engine(doc: dict[str, Any], directory: Path, *, check_files: bool) -> Engin
     if opset < 1:
         raise _fail("engine.opset", f"expected a positive integer, got {opset}")
     precision = raw.get("precision")
-    if precision not in ENGINE_PRECISIONS:
+    if precision not in MODEL_PRECISIONS:
         raise _fail(
-            "engine.precision", f"expected one of {', '.join(ENGINE_PRECISIONS)}, got {precision!r}"
+            "engine.precision", f"expected one of {', '.join(MODEL_PRECISIONS)}, got {precision!r}"
         )
     quantization = raw.get("quantization")
     if precision == "int8" and not isinstance(quantization, dict):

@@ -26,8 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from nlp.config import LoadOptions
-from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
+from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
+from nlp.protocols import WarmedShapes
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def _release_free_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
-class OnnxRuntime:
+class OnnxRuntime(WarmedShapes):
     """A loaded, warmed ONNX Runtime session. ``run`` accepts only the shapes it was warmed on."""
 
     def __init__(
@@ -196,15 +197,6 @@ class OnnxRuntime:
                 )
         return resolved
 
-    def _warm(self, vocab_size: int, seed: int) -> None:
-        """Run every shape once with full-size inputs (see the module docstring)."""
-        rng = np.random.default_rng(seed)
-        low = min(5, vocab_size - 1)
-        for batch, length in sorted(self.shapes):
-            ids = rng.integers(low, vocab_size, size=(batch, length), dtype=np.int64)
-            self._run(ids, np.zeros_like(ids))
-        self.runs = 0
-
     def _run(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
     ) -> list[npt.NDArray[Any]]:
@@ -214,17 +206,6 @@ class OnnxRuntime:
         }
         result: list[npt.NDArray[Any]] = self._session.run(self._output_names, feed)
         return result
-
-    def run(
-        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
-    ) -> list[npt.NDArray[Any]]:
-        """Model outputs (numpy, ``(batch, heads, length, length)`` each) for one bucketed batch."""
-        shape = tuple(token_ids.shape)
-        if shape not in self.shapes or segment_ids.shape != token_ids.shape:
-            raise InvalidInput(f"input shape {shape} is not one of the warmed bucket shapes")
-        self.shapes_fed.add((shape[0], shape[1]))
-        self.runs += 1
-        return self._run(token_ids, segment_ids)
 
     @property
     def graph_op_count(self) -> int:

@@ -2,7 +2,8 @@
 
 Why not ``tf.saved_model.load`` and eager calls: every new input shape traces a new graph and grows a
 kernel cache that is never freed, so process memory climbs with every unseen length. Here the SavedModel
-is loaded once into a private ``tf.Graph`` (for ``bf16``, frozen: see ``_freeze``); each shape from the fixed bucket list is run once at
+is loaded once into a private ``tf.Graph`` (for ``bf16`` and ``int8``, frozen and rewritten: see
+``FROZEN_PRECISIONS``); each shape from the fixed bucket list is run once at
 start-up with full-size inputs (so every allocation size the request path needs has been made); then
 the graph is finalized, so any code that would add a node raises instead of leaking. Nothing on the
 request path creates a tensor or runs eagerly: ``run`` is one ``Session.run`` over numpy feeds.
@@ -20,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from nlp import quiet_tensorflow
@@ -30,8 +30,9 @@ with quiet_tensorflow():
 
 from nlp import _graph_rewrites
 from nlp.config import DEFAULT_PRECISION, PRECISIONS, LoadOptions
-from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
+from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
+from nlp.protocols import WarmedShapes
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +193,15 @@ def _freeze(session: Any, graph: Any, output_names: Sequence[str]) -> Any:
     return graph_def
 
 
+# Precisions served from a frozen, rewritten graph (``_freeze``, ``_rewrite``). bf16 must be: with
+# variables, grappler casts every weight to bf16 on every run. int8 gains 1.5-1.8x per short call
+# from constant quantized weights. fp32 is served from its variables: frozen, the RBT6 benchmark
+# model measured 1.1 GiB more RSS per worker (2,886 vs 1,792 MiB with the 74 default shapes), a 13 s
+# longer cold start, and 9% fewer texts/s over the single-text workload (faster at 16-32 tokens,
+# slower from 128); BENCHMARKS.md, "Freezing fp32".
+FROZEN_PRECISIONS = ("bf16", "int8")
+
+
 def _onednn_layer_norm() -> bool:
     """Whether this process runs oneDNN kernels and has the ``_MklLayerNorm`` op (TensorFlow's x86
     builds, unless ``TF_ENABLE_ONEDNN_OPTS=0``)."""
@@ -246,7 +256,7 @@ def _release_free_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
-class SessionRuntime:
+class SessionRuntime(WarmedShapes):
     """A loaded, warmed, finalized SavedModel. ``run`` accepts only the shapes it was warmed on."""
 
     def __init__(
@@ -262,7 +272,11 @@ class SessionRuntime:
         inter_op_threads: int | None = None,
         precision: str = DEFAULT_PRECISION,
         seed: int = 0,
+        freeze: bool | None = None,
+        graph_rewrites: bool = True,
     ) -> None:
+        """``freeze``: serve a frozen, rewritten graph (default: for ``FROZEN_PRECISIONS``);
+        ``graph_rewrites=False`` freezes without rewriting. Both are for tests and ``bench``."""
         if precision not in PRECISIONS:
             raise UnsupportedPrecision(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
@@ -298,7 +312,8 @@ class SessionRuntime:
                     self._session, ["serve"], str(self.model_dir)
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
-            self._reload_frozen(intra_op_threads, inter_op_threads, precision)
+            if precision in FROZEN_PRECISIONS if freeze is None else freeze:
+                self._reload_frozen(intra_op_threads, inter_op_threads, precision, graph_rewrites)
         except ModelLoadError:
             self._session.close()
             raise
@@ -410,14 +425,19 @@ class SessionRuntime:
         return inputs, outputs
 
     def _reload_frozen(
-        self, intra_op_threads: int | None, inter_op_threads: int | None, precision: str
+        self,
+        intra_op_threads: int | None,
+        inter_op_threads: int | None,
+        precision: str,
+        graph_rewrites: bool = True,
     ) -> None:
         """Replace graph and session by a frozen, rewritten copy (``_freeze``, ``_rewrite``); tensor
-        names are unchanged.
+        names are unchanged. ``graph_rewrites=False`` freezes without rewriting: the graph as
+        bert4keras wrote it, kept only to measure what the rewrites gain (``python -m bench profile``).
 
-        Every precision runs frozen: constant weights let oneDNN keep each Dense's weights in its
-        own blocked layout between calls (``_FusedMatMul`` with a constant filter), and let bf16
-        casts fold once. A graph that cannot be frozen (a TF2 export, whose layers live in library
+        Constant weights let oneDNN keep each Dense's weights in its own blocked layout between
+        calls (``_FusedMatMul`` with a constant filter), and let bf16 casts fold once; they cost
+        memory (``FROZEN_PRECISIONS`` says which precisions pay it). A graph that cannot be frozen (a TF2 export, whose layers live in library
         functions reading resource variables) keeps its variables and is not rewritten: correct,
         only slower.
         """
@@ -431,7 +451,8 @@ class SessionRuntime:
                 for op in self._graph.get_operations()
                 if op.outputs
             }
-            self.rewrites = _rewrite(graph_def, output_names, ranks)
+            if graph_rewrites:
+                self.rewrites = _rewrite(graph_def, output_names, ranks)
             with graph.as_default():
                 tf.import_graph_def(graph_def, name="")
         except (ValueError, TypeError, tf.errors.OpError) as exc:
@@ -451,16 +472,6 @@ class SessionRuntime:
         self._outputs = [self._tensor(n, f"outputs[{i}]") for i, n in enumerate(output_names)]
         self.frozen = True
 
-    def _warm(self, vocab_size: int, seed: int) -> None:
-        """Run every shape once with full-size inputs (no padding), so the first real requests of
-        each shape allocate nothing new."""
-        rng = np.random.default_rng(seed)
-        low = min(5, vocab_size - 1)
-        for batch, length in sorted(self.shapes):
-            ids = rng.integers(low, vocab_size, size=(batch, length), dtype=np.int64)
-            self._run(ids, np.zeros_like(ids))
-        self.runs = 0
-
     # -- request path --------------------------------------------------------------------------
     def _run(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
@@ -472,16 +483,34 @@ class SessionRuntime:
         result: list[npt.NDArray[Any]] = self._session.run(self._outputs, feed_dict=feed)
         return result
 
-    def run(
+    def op_time_by_type(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
-    ) -> list[npt.NDArray[Any]]:
-        """Model outputs (numpy, ``(batch, heads, length, length)`` each) for one bucketed batch."""
-        shape = tuple(token_ids.shape)
-        if shape not in self.shapes or segment_ids.shape != token_ids.shape:
-            raise InvalidInput(f"input shape {shape} is not one of the warmed bucket shapes")
-        self.shapes_fed.add((shape[0], shape[1]))
-        self.runs += 1
-        return self._run(token_ids, segment_ids)
+    ) -> dict[str, float]:
+        """Milliseconds per op type in one traced call at a warmed shape (TensorFlow's step stats).
+
+        Where a call's time goes, for profiling (``python -m bench profile``), never on the request
+        path: tracing slows the call it measures. Op types are those the runtime ran after grappler's
+        rewrites (``_FusedMatMul``, ``_MklLayerNorm``...), which may differ from the graph's own.
+        """
+        self.check_shape(token_ids, segment_ids)
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        metadata = tf.compat.v1.RunMetadata()
+        feed = {
+            self._inputs[0]: token_ids.astype(self.input_dtypes[0], copy=False),
+            self._inputs[1]: segment_ids.astype(self.input_dtypes[1], copy=False),
+        }
+        self._session.run(self._outputs, feed_dict=feed, options=options, run_metadata=metadata)
+        spent: dict[str, float] = {}
+        for device in metadata.step_stats.dev_stats:
+            for node in device.node_stats:
+                # timeline_label reads "name = OpType(inputs)"; _SOURCE and friends have none.
+                label = node.timeline_label.partition(" = ")[2]
+                op_type = label.partition("(")[0] or node.node_name.partition(":")[0]
+                micros = node.all_end_rel_micros or (
+                    node.op_end_rel_micros - node.op_start_rel_micros
+                )
+                spent[op_type] = spent.get(op_type, 0.0) + micros / 1000.0
+        return spent
 
     @property
     def graph_op_count(self) -> int:

@@ -12,7 +12,7 @@ from nlp.runtime import SessionRuntime
 SHAPES = [(1, 16), (2, 16), (4, 32), (1, 64)]
 
 
-def _runtime(model_dir, *, rewrite=True, monkeypatch=None, **kwargs):
+def _runtime(model_dir, *, rewrite=True, **kwargs):
     m = load_manifest(model_dir)
     options = dict(
         shapes=SHAPES,
@@ -24,11 +24,7 @@ def _runtime(model_dir, *, rewrite=True, monkeypatch=None, **kwargs):
         inter_op_threads=1,
     )
     options.update(kwargs)
-    if rewrite:
-        return SessionRuntime(model_dir, **options)
-    with monkeypatch.context() as patch:
-        patch.setattr(runtime_module, "_rewrite", lambda *args: {})
-        return SessionRuntime(model_dir, **options)
+    return SessionRuntime(model_dir, freeze=True, graph_rewrites=rewrite, **options)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +58,8 @@ def _assert_same_scores(reference, rewritten):
             np.testing.assert_allclose(b[~masked], a[~masked], rtol=1e-5, atol=1e-5 * scale)
 
 
-def test_rewritten_graph_gives_the_original_scores(jittered_model_dir, monkeypatch):
-    reference = _runtime(jittered_model_dir, rewrite=False, monkeypatch=monkeypatch)
+def test_rewritten_graph_gives_the_original_scores(jittered_model_dir):
+    reference = _runtime(jittered_model_dir, rewrite=False)
     rewritten = _runtime(jittered_model_dir)
     # 2 layers: 2 attention masks + 3 pointer masks; 2 GELUs; embedding + 2 x 2 LayerNorms;
     # the head and tail pointers (the entity pointer's scores also feed its triangle mask).
@@ -78,16 +74,17 @@ def test_rewritten_graph_gives_the_original_scores(jittered_model_dir, monkeypat
     _assert_same_scores(reference, rewritten)
 
 
-def test_rewrites_leave_the_default_test_model_exact(triples_model_dir, monkeypatch):
+def test_rewrites_leave_the_default_test_model_exact(triples_model_dir):
     """Zero biases and unit gains (grappler simplifies those itself): still the same scores."""
     _assert_same_scores(
-        _runtime(triples_model_dir, rewrite=False, monkeypatch=monkeypatch),
+        _runtime(triples_model_dir, rewrite=False),
         _runtime(triples_model_dir),
     )
 
 
 def test_rewrites_keep_the_demo_models_triples(monkeypatch):
-    """The committed demo model decodes the same triples with and without the rewrites."""
+    """The committed demo model decodes the same triples frozen and rewritten as from its variables
+    (fp32 is served from its variables; int8 and bf16 are served frozen and rewritten)."""
     from pathlib import Path
 
     from nlp.pipeline import Extractor
@@ -99,12 +96,13 @@ def test_rewrites_keep_the_demo_models_triples(monkeypatch):
         "李白的妻子是许氏，他出生于西域碎叶城。",
         "北京大学创办于1898年，初名京师大学堂。",
     ]
-    rewritten = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
+    with monkeypatch.context() as patch:
+        patch.setattr(runtime_module, "FROZEN_PRECISIONS", ("fp32",))
+        rewritten = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
     assert rewritten.runtime.rewrites.get("rewrite_erf_gelus")
     got = rewritten.extract_batch(texts)
-    with monkeypatch.context() as patch:
-        patch.setattr(runtime_module, "_rewrite", lambda *args: {})
-        reference = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
+    reference = Extractor.load(demo, intra_op_threads=1, inter_op_threads=1)
+    assert not reference.runtime.frozen and not reference.runtime.rewrites
     assert reference.extract_batch(texts) == got
 
 

@@ -128,7 +128,7 @@ def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
     finite = np.isfinite(a)
     assert np.abs(a[finite] - b[finite]).max() < 0.05 * np.abs(a[finite]).max() + 1.0
     assert json.dumps(bf16.precision) == '"bf16"'
-    assert bf16.frozen and fp32.frozen
+    assert bf16.frozen and not fp32.frozen  # runtime_module.FROZEN_PRECISIONS
 
 
 @pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
@@ -183,3 +183,16 @@ def test_bias_folding_leaves_other_bias_adds_alone():
     graph_def = graph.as_graph_def()
     assert runtime_module._fold_bias_adds(graph_def) == 0
     assert [n.name for n in graph_def.node if n.op == "BiasAdd"] == ["direct", "noreshape"]
+
+
+def test_runtime_op_time_by_type_traces_one_call_at_a_warmed_shape(triples_model_dir):
+    rt = _runtime(triples_model_dir)
+    ids = np.array([[2, 40, 41, 3] + [0] * 12], dtype=np.int32)
+    spent = rt.op_time_by_type(ids, np.zeros_like(ids))
+    assert spent and all(ms >= 0 for ms in spent.values())
+    assert any("MatMul" in t or "Einsum" in t for t in spent)  # the types the runtime ran
+    assert rt.runs == 0  # a profile is not a request
+    with pytest.raises(InvalidInput, match="bucket"):
+        rt.op_time_by_type(np.zeros((3, 16), dtype=np.int32), np.zeros((3, 16), dtype=np.int32))
+    assert rt.graph_op_count == rt.op_count  # tracing creates no node
+    rt.close()

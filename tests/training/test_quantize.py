@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
+from nlp.config import PROJECT_ROOT
 from training import quantize as quantize_module
 from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO = PROJECT_ROOT / "models" / "demo"
 EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
 F1_TOLERANCE = 0.01
