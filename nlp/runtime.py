@@ -194,8 +194,8 @@ def _freeze(session: Any, graph: Any, output_names: Sequence[str]) -> Any:
 
 
 # Precisions served from a frozen, rewritten graph (``_freeze``, ``_rewrite``). bf16 must be: with
-# variables, grappler casts every weight to bf16 on every run. int8 gains 1.5-1.8x per short call
-# from constant quantized weights. fp32 is served from its variables: frozen, the RBT6 benchmark
+# variables, grappler casts every weight to bf16 on every run. int8 frozen runs short calls 1.5-1.8x
+# faster than fp32, from its variables only 1.07x (RBT6, BENCHMARKS.md). fp32 is served from its variables: frozen, the RBT6 benchmark
 # model measured 1.1 GiB more RSS per worker (2,886 vs 1,792 MiB with the 74 default shapes), a 13 s
 # longer cold start, and 9% fewer texts/s over the single-text workload (faster at 16-32 tokens,
 # slower from 128); BENCHMARKS.md, "Freezing fp32".
@@ -437,9 +437,9 @@ class SessionRuntime(WarmedShapes):
 
         Constant weights let oneDNN keep each Dense's weights in its own blocked layout between
         calls (``_FusedMatMul`` with a constant filter), and let bf16 casts fold once; they cost
-        memory (``FROZEN_PRECISIONS`` says which precisions pay it). A graph that cannot be frozen (a TF2 export, whose layers live in library
-        functions reading resource variables) keeps its variables and is not rewritten: correct,
-        only slower.
+        memory (``FROZEN_PRECISIONS`` says which precisions pay it). A graph that cannot be frozen
+        (a TF2 export, whose layers live in library functions reading resource variables) keeps its
+        variables and is not rewritten: correct, only slower.
         """
         input_names = [t.name for t in self._inputs]
         output_names = [t.name for t in self._outputs]
