@@ -1,9 +1,10 @@
 """The two interfaces between the stages, written down: ``Runtime`` and ``ExtractorLike``.
 
-``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime`` implements it,
-and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``), which is how they sit under the
-same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch command
-need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). No TensorFlow here.
+``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime`` and
+``nlp.onnx_runtime.OnnxRuntime`` implement it (both through ``WarmedShapes``, the warm-up and shape check
+they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``), which is how they sit
+under the same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch
+command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). No TensorFlow here.
 """
 
 from __future__ import annotations
