@@ -11,7 +11,9 @@ passes over memory, or into the form grappler's remapper fuses into one oneDNN k
   before the per-predicate bias terms are added, instead of on ``(rows, predicates, L, L)``;
 - ``rewrite_layer_norms``: bert4keras' LayerNormalization as one oneDNN ``_MklLayerNorm`` op;
 - ``rewrite_erf_gelus``: the erf GELU after a Dense moved before the Dense's output reshape and
-  written as grappler's ``MatMul + BiasAdd + GeluExact`` pattern (``_FusedMatMul``).
+  written as grappler's ``MatMul + BiasAdd + GeluExact`` pattern (``_FusedMatMul``);
+- ``fuse_quantized_gelus`` (int8 graphs from ``spo quantize``): the same GELU after a quantized
+  Dense as a post-op of the Dense's oneDNN int8 kernel (``_QuantizedMatMul``).
 
 Every function edits the GraphDef in place, returns how many places it rewrote, leaves a graph it does
 not recognise untouched, and keeps every existing node name that something outside the rewritten
@@ -27,6 +29,8 @@ from collections.abc import Iterable
 from typing import Any
 
 DT_FLOAT = 1
+DT_QINT8 = 11
+DT_QUINT8 = 12
 
 
 class _Graph:
@@ -108,8 +112,8 @@ def _node_name(name: str) -> str:
 
 
 def _float_scalar(node: Any) -> float | None:
-    """The value of a float32 scalar ``Const`` node, or None."""
-    if node is None or node.op != "Const" or node.attr["dtype"].type != DT_FLOAT:
+    """The value of a float32 scalar ``Const`` (or ``HostConst``) node, or None."""
+    if node is None or node.op not in ("Const", "HostConst") or node.attr["dtype"].type != DT_FLOAT:
         return None
     tensor = node.attr["value"].tensor
     if tensor.tensor_shape.dim:
@@ -118,6 +122,8 @@ def _float_scalar(node: Any) -> float | None:
         return float(tensor.float_val[0])
     if len(tensor.tensor_content) == 4:
         return float(struct.unpack("<f", tensor.tensor_content)[0])
+    if not tensor.tensor_content:
+        return 0.0  # a tensor proto with no values holds zeros (how TensorFlow writes 0.0)
     return None
 
 
@@ -135,7 +141,7 @@ def _int_scalar_or_single(node: Any) -> int | None:
     if tensor.tensor_content:
         fmt = "<i" if tensor.dtype == 3 else "<q"
         return int(struct.unpack(fmt, tensor.tensor_content)[0])
-    return None
+    return 0  # no values: zeros
 
 
 def _is_float_op(node: Any) -> bool:
@@ -457,6 +463,104 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
         gelu = graph.add(out, f"{out.name}/gelu/output", "Mul", [halved.name, y])
         new_reshape = graph.add(
             reshape, f"{out.name}/gelu/reshape", "Reshape", [gelu.name, reshape.input[1]]
+        )
+        new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
+        _become_identity(out, new_reshape.name)
+        count += 1
+    return count
+
+
+# -- int8 (graphs written by ``spo quantize``) ----------------------------------------------------
+
+QUANTIZED_MATMUL = "QuantizedMatMulWithBiasAndDequantize"
+
+
+def _fused_quantized_matmul(graph: _Graph, old: Any, name: str, activation: str | None) -> Any:
+    """A ``_QuantizedMatMul`` computing what ``old`` (a ``QuantizedMatMulWithBiasAndDequantize``)
+    does, then ``activation`` (a oneDNN post-op name such as ``GeluExact``) if given.
+
+    Same inputs (quantized activation, int8 weights, int32 bias, the ranges), same scales, same
+    int32 bias: without an activation its outputs are bit-identical to the old op's (measured on
+    RBT6). Only the GELU case is used: converting every int8 Dense this way measured no faster,
+    and slower at 128 tokens (the new kernel runs matmuls that fit in L2 on one thread).
+    """
+    node = graph.graph_def.node.add()
+    node.name = graph.unique(name)
+    node.op = "_QuantizedMatMul"
+    node.device = old.device
+    node.input.extend(old.input[:7])
+    t1, t2, tbias = old.attr["T1"].type, old.attr["T2"].type, old.attr["Tbias"].type
+    attr = node.attr
+    attr["Tdevice_inputs"].list.type.extend([t1, t2, tbias])
+    attr["Thost_inputs"].list.type.extend([DT_FLOAT] * 4)
+    attr["Tdevice_outputs"].list.type.append(DT_FLOAT)
+    attr["Thost_outputs"].list.SetInParent()
+    attr["T1"].type, attr["T2"].type, attr["Tbias"].type = t1, t2, tbias
+    attr["Tout"].type = DT_FLOAT
+    attr["U"].type = DT_FLOAT
+    attr["transpose_a"].b = old.attr["transpose_a"].b
+    attr["transpose_b"].b = old.attr["transpose_b"].b
+    attr["is_weight_const"].b = True
+    attr["is_bias_const"].b = True
+    ops = [b"BiasAdd"] + ([activation.encode()] if activation else []) + [b"Dequantize"]
+    attr["fused_ops"].list.s.extend(ops)
+    attr["input_quant_mode"].s = old.attr["input_quant_mode"].s or b"MIN_FIRST"
+    attr["output_quant_mode"].s = b"SCALED"
+    graph.nodes[node.name] = node
+    return node
+
+
+def _is_old_quantized_matmul(graph: _Graph, node: Any) -> bool:
+    """A ``QuantizedMatMulWithBiasAndDequantize`` (u8 x s8, float output) with constant weights."""
+    if node is None or node.op != QUANTIZED_MATMUL or len(node.input) != 9:
+        return False
+    if node.attr["T1"].type != DT_QUINT8 or node.attr["T2"].type != DT_QINT8:
+        return False
+    if node.attr["Toutput"].type != DT_FLOAT or node.attr["transpose_a"].b:
+        return False
+    weight = graph.skip_identities(graph.input(node, 1))
+    return weight is not None and weight.op == "Const"
+
+
+def fuse_quantized_gelus(graph_def: Any) -> int:
+    """The erf GELU after an int8 Dense -> a post-op of the Dense's ``_QuantizedMatMul``.
+
+    Matches ``gelu(Reshape(QuantizedMatMulWithBiasAndDequantize(...)))`` (bert4keras' erf GELU, as
+    ``rewrite_erf_gelus`` reads it) and rewrites it to ``Reshape(_QuantizedMatMul(...))`` with fused
+    ops ``BiasAdd, GeluExact, Dequantize``: oneDNN applies the exact (erf) GELU to the dequantized
+    output in the same pass. Exact up to floating-point rounding: GELU is elementwise, so it commutes
+    with the reshape. The GELU's output node keeps its name (as an Identity).
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for out in list(graph_def.node):
+        found = _gelu_input(graph, out)
+        if found is None:
+            continue
+        x, pattern = found
+        chain = []
+        node = x
+        while node is not None and node.op == "Identity":
+            chain.append(node)
+            node = graph.input(node, 0)
+        reshape = node
+        if reshape is None or reshape.op != "Reshape":
+            continue
+        matmul = graph.input(reshape, 0)
+        if not _is_old_quantized_matmul(graph, matmul):
+            continue
+        users = pattern + chain
+        if not graph.used_only_by(matmul, [reshape]) or not graph.used_only_by(reshape, users):
+            continue
+        if not all(graph.used_only_by(n, users) for n in chain) or not graph.used_only_by(
+            x, pattern
+        ):
+            continue
+        if not all(graph.used_only_by(n, pattern) for n in pattern[1:]):
+            continue
+        fused = _fused_quantized_matmul(graph, matmul, f"{matmul.name}/gelu", "GeluExact")
+        new_reshape = graph.add(
+            reshape, f"{out.name}/gelu/reshape", "Reshape", [fused.name, reshape.input[1]]
         )
         new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
         _become_identity(out, new_reshape.name)

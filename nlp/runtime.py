@@ -235,6 +235,8 @@ def _rewrite(
     ]
     if _onednn_layer_norm():
         steps.append(("rewrite_layer_norms", lambda g: rewrites.rewrite_layer_norms(g, ranks)))
+    if _onednn_enabled():  # int8 graphs only: their quantized ops have oneDNN kernels alone
+        steps.append(("fuse_quantized_gelus", rewrites.fuse_quantized_gelus))
     for name, step in steps:
         counts[name] = step(graph_def)
         counts["pruned"] += rewrites.prune(graph_def, output_names)

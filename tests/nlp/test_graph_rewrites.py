@@ -246,3 +246,85 @@ def test_pointer_mask_stays_when_the_fill_is_not_minus_infinity():
     rewrites.mask_without_broadcasts(graph_def)
     rewrites.prune(graph_def, ["out"])
     assert rewrites.mask_pointer_scores_once(graph_def) == 0
+
+
+@pytest.mark.skipif(not runtime_module._onednn_layer_norm(), reason="no oneDNN layer norm here")
+def test_layer_norm_rewrite_reads_a_zero_written_without_values():
+    """``spo quantize`` (Intel Neural Compressor) writes the LayerNorm's ``maximum(var + eps, 0)``
+    zero as a tensor proto with no values, which TensorFlow reads as zeros."""
+    graph = _layer_norm_graph(1e-12)
+    graph_def = graph.as_graph_def()
+    nodes = {n.name: n for n in graph_def.node}
+    maximum = next(n for n in graph_def.node if n.op == "Maximum")
+    zero = (
+        next(nodes[name] for name in maximum.input if nodes[name].op == "Const")
+        .attr["value"]
+        .tensor
+    )
+    zero.ClearField("float_val")
+    zero.ClearField("tensor_content")
+    x = np.random.default_rng(1).normal(0, 3, (2, 5, 8)).astype(np.float32)
+    expected = _run(graph_def, {"x": x}, "out")
+    assert rewrites.rewrite_layer_norms(graph_def, _ranks(graph)) == 1
+    rewrites.prune(graph_def, ["out"])
+    np.testing.assert_allclose(_run(graph_def, {"x": x}, "out"), expected, rtol=1e-5, atol=1e-5)
+
+
+def _quantized_dense_gelu_graph(extra_consumer):
+    """An int8 Dense (``QuantizeV2`` MIN_FIRST + ``QuantizedMatMulWithBiasAndDequantize``, the ops
+    ``spo quantize`` writes) on a 3-D input, then bert4keras' erf GELU."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(5)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 16], name="x")
+        flat = tf.reshape(x, [-1, 16])
+        low, high = tf.constant(-3.0), tf.constant(4.0)
+        quantized, q_low, q_high = tf.raw_ops.QuantizeV2(
+            input=flat, min_range=low, max_range=high, T=tf.quint8, mode="MIN_FIRST"
+        )
+        weights = tf.constant(rng.integers(-127, 128, (16, 24)).astype(np.int8), dtype=tf.qint8)
+        bias = tf.constant(rng.integers(-5000, 5000, 24).astype(np.int32), dtype=tf.qint32)
+        dense = tf.raw_ops.QuantizedMatMulWithBiasAndDequantize(
+            a=quantized,
+            b=weights,
+            bias=bias,
+            min_a=q_low,
+            max_a=q_high,
+            min_b=tf.constant(-0.5),
+            max_b=tf.constant(0.5),
+            min_freezed_output=tf.constant(-20.0),
+            max_freezed_output=tf.constant(20.0),
+            Toutput=tf.float32,
+            input_quant_mode="MIN_FIRST",
+        )
+        y = tf.reshape(dense, [-1, 3, 24])
+        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
+        out = tf.identity(gelu, name="out")
+        if extra_consumer:
+            out = tf.identity(out + y, name="out")
+    return graph
+
+
+@pytest.mark.skipif(runtime_module.int8_support() is not None, reason="no oneDNN int8 here")
+def test_quantized_gelu_fusion_is_exact():
+    graph_def = _quantized_dense_gelu_graph(extra_consumer=False).as_graph_def()
+    x = np.random.default_rng(6).normal(0, 1.5, (4, 3, 16)).astype(np.float32)
+    expected = _run(graph_def, {"x": x}, "out")
+    assert rewrites.fuse_quantized_gelus(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    ops = [n.op for n in graph_def.node]
+    assert "_QuantizedMatMul" in ops and "Erf" not in ops
+    assert rewrites.QUANTIZED_MATMUL not in ops
+    fused = next(n for n in graph_def.node if n.op == "_QuantizedMatMul")
+    assert list(fused.attr["fused_ops"].list.s) == [b"BiasAdd", b"GeluExact", b"Dequantize"]
+    got = _run(graph_def, {"x": x}, "out")
+    assert np.abs(expected).max() > 1.0  # the GELU saw values on both sides of 0
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_quantized_gelu_fusion_leaves_a_dense_output_read_elsewhere_alone():
+    graph_def = _quantized_dense_gelu_graph(extra_consumer=True).as_graph_def()
+    assert rewrites.fuse_quantized_gelus(graph_def) == 0
+    assert rewrites.QUANTIZED_MATMUL in [n.op for n in graph_def.node]

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
+from nlp import runtime as runtime_module
 from nlp.config import PROJECT_ROOT
 from training import quantize as quantize_module
 from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
@@ -244,6 +245,11 @@ def test_quantize_int8_model_serves_only_as_int8(int8_demo_dir: Path) -> None:
     with Extractor.load(int8_demo_dir, precision="int8") as extractor:
         ops = {op.type for op in extractor.runtime._graph.get_operations()}
         assert "QuantizedMatMulWithBiasAndDequantize" in ops
+        # Served rewritten: the 6 GELUs fused into their int8 Dense, the 13 LayerNorms as one op.
+        assert extractor.runtime.rewrites["fuse_quantized_gelus"] == 6
+        assert "_QuantizedMatMul" in ops and "Erf" not in ops
+        if runtime_module._onednn_layer_norm():
+            assert extractor.runtime.rewrites["rewrite_layer_norms"] == 13
         assert extractor.runtime.graph_op_count == extractor.runtime.op_count  # finalized
         found = extractor.extract("李白，字太白，出生于碎叶城。")
         assert {(t.subject.span.text, t.predicate) for t in found.triples} >= {("李白", "出生地")}
