@@ -125,11 +125,14 @@ def targets(doc: dict[str, Any]) -> dict[str, Any]:
     if "spo-fp32" in spo:
         out["fp32 <= ort-fp32 up to 128 tokens"] = at_or_below("spo-fp32", "ort-fp32", up_to_128)
     if spo:
-        fastest = min(spo, key=lambda r: _ms(doc, r, (1, 16)) or float("inf"))
-        verdict = at_or_below(fastest, "ort-int8", singles)
+        # One mode serves a worker, so the target asks of one mode at every bucket: each is held
+        # to it, and the verdict is that of the mode whose worst bucket is closest to the peer.
+        modes = {r: at_or_below(r, "ort-int8", singles) for r in spo}
+        best = min(modes, key=lambda r: max(modes[r]["ratios"].values(), default=float("inf")))
         out["fastest spo mode <= ort-int8 at every single-text bucket"] = {
-            "mode": fastest,
-            **verdict,
+            "mode": best,
+            **modes[best],
+            "others": {r: v["ratios"] for r, v in modes.items() if r != best},
         }
     return out
 

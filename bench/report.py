@@ -246,7 +246,7 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
     """spo's precisions and ONNX Runtime, interleaved (``bench/peer.py``), and the targets' verdicts."""
     if not doc:
         return []
-    from bench.peer import table
+    from bench.peer import table, targets
 
     out = [
         f"### spo against ONNX Runtime (median ms per call, {doc['rounds']} interleaved rounds of "
@@ -256,12 +256,16 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
         *table(doc),
         "",
     ]
-    for name, verdict in doc.get("targets", {}).items():
+    for name, verdict in targets(doc).items():  # recomputed: the rule may be newer than the run
         ratios = ", ".join(f"{k}: {v:.2f}" for k, v in verdict["ratios"].items())
         mode = f" ({verdict['mode']})" if "mode" in verdict else ""
+        others = "".join(
+            f"; {other}: " + ", ".join(f"{k}: {v:.2f}" for k, v in ratios_.items())
+            for other, ratios_ in verdict.get("others", {}).items()
+        )
         out.append(
             f"- {name}{mode}: **{'met' if verdict['met'] else 'not met'}** "
-            f"(latency ratio to the peer: {ratios})"
+            f"(latency ratio to the peer: {ratios}{others})"
         )
     out.append("")
     return out
