@@ -411,6 +411,30 @@ def _gelu_input(graph: _Graph, out: Any) -> tuple[Any, list[Any]] | None:
     return x, [out, add, erf, scaled, half_x]
 
 
+def _gelu_on_reshape(graph: _Graph, out: Any) -> Any:
+    """If ``out`` ends an erf GELU (``_gelu_input``) of a ``Reshape``, maybe through Identities,
+    and nothing outside the GELU reads the Reshape or its Identities: that Reshape, else None."""
+    found = _gelu_input(graph, out)
+    if found is None:
+        return None
+    x, pattern = found
+    chain = []
+    node = x
+    while node is not None and node.op == "Identity":
+        chain.append(node)
+        node = graph.input(node, 0)
+    if node is None or node.op != "Reshape":
+        return None
+    users = pattern + chain
+    if not graph.used_only_by(node, users) or not all(graph.used_only_by(n, users) for n in chain):
+        return None
+    if not graph.used_only_by(x, pattern):
+        return None
+    if not all(graph.used_only_by(n, pattern) for n in pattern[1:]):
+        return None
+    return node
+
+
 def rewrite_erf_gelus(graph_def: Any) -> int:
     """The erf GELU after a Dense -> applied before the Dense's output reshape, in the remapper's
     ``MatMul + BiasAdd + GeluExact`` form (``_FusedMatMul``, one oneDNN kernel).
@@ -425,32 +449,14 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
     graph = _Graph(graph_def)
     count = 0
     for out in list(graph_def.node):
-        found = _gelu_input(graph, out)
-        if found is None:
-            continue
-        x, pattern = found
-        reshape = graph.skip_identities(x)
-        chain = []
-        node = x
-        while node is not None and node.op == "Identity":
-            chain.append(node)
-            node = graph.input(node, 0)
-        if reshape is None or reshape.op != "Reshape":
+        reshape = _gelu_on_reshape(graph, out)
+        if reshape is None:
             continue
         bias_add = graph.input(reshape, 0)
         if bias_add is None or bias_add.op != "BiasAdd":
             continue
         matmul = graph.input(bias_add, 0)
-        if matmul is None or matmul.op != "MatMul":
-            continue
-        users = pattern + chain
-        if not graph.used_only_by(bias_add, [reshape]) or not graph.used_only_by(reshape, users):
-            continue
-        if not all(graph.used_only_by(n, users) for n in chain) or not graph.used_only_by(
-            x, pattern
-        ):
-            continue
-        if not all(graph.used_only_by(n, pattern) for n in pattern[1:]):
+        if matmul is None or matmul.op != "MatMul" or not graph.used_only_by(bias_add, [reshape]):
             continue
         y = bias_add.name
         inv_root2 = graph.add_scalar(out, f"{out.name}/gelu/sqrt_half", math.sqrt(0.5))
@@ -475,14 +481,14 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
 QUANTIZED_MATMUL = "QuantizedMatMulWithBiasAndDequantize"
 
 
-def _fused_quantized_matmul(graph: _Graph, old: Any, name: str, activation: str | None) -> Any:
+def _quantized_matmul_with_gelu(graph: _Graph, old: Any, name: str) -> Any:
     """A ``_QuantizedMatMul`` computing what ``old`` (a ``QuantizedMatMulWithBiasAndDequantize``)
-    does, then ``activation`` (a oneDNN post-op name such as ``GeluExact``) if given.
+    does, then the exact (erf) GELU, as oneDNN post-ops ``BiasAdd, GeluExact, Dequantize``.
 
     Same inputs (quantized activation, int8 weights, int32 bias, the ranges), same scales, same
-    int32 bias: without an activation its outputs are bit-identical to the old op's (measured on
-    RBT6). Only the GELU case is used: converting every int8 Dense this way measured no faster,
-    and slower at 128 tokens (the new kernel runs matmuls that fit in L2 on one thread).
+    int32 bias: without the GELU its outputs were bit-identical to the old op's (RBT6). Only Dense
+    layers followed by a GELU are converted: converting every int8 Dense measured no faster, and
+    slower at 128 tokens (this kernel runs matmuls that fit in L2 on one thread).
     """
     node = graph.graph_def.node.add()
     node.name = graph.unique(name)
@@ -502,8 +508,7 @@ def _fused_quantized_matmul(graph: _Graph, old: Any, name: str, activation: str 
     attr["transpose_b"].b = old.attr["transpose_b"].b
     attr["is_weight_const"].b = True
     attr["is_bias_const"].b = True
-    ops = [b"BiasAdd"] + ([activation.encode()] if activation else []) + [b"Dequantize"]
-    attr["fused_ops"].list.s.extend(ops)
+    attr["fused_ops"].list.s.extend([b"BiasAdd", b"GeluExact", b"Dequantize"])
     attr["input_quant_mode"].s = old.attr["input_quant_mode"].s or b"MIN_FIRST"
     attr["output_quant_mode"].s = b"SCALED"
     graph.nodes[node.name] = node
@@ -534,31 +539,13 @@ def fuse_quantized_gelus(graph_def: Any) -> int:
     graph = _Graph(graph_def)
     count = 0
     for out in list(graph_def.node):
-        found = _gelu_input(graph, out)
-        if found is None:
-            continue
-        x, pattern = found
-        chain = []
-        node = x
-        while node is not None and node.op == "Identity":
-            chain.append(node)
-            node = graph.input(node, 0)
-        reshape = node
-        if reshape is None or reshape.op != "Reshape":
+        reshape = _gelu_on_reshape(graph, out)
+        if reshape is None:
             continue
         matmul = graph.input(reshape, 0)
-        if not _is_old_quantized_matmul(graph, matmul):
+        if not _is_old_quantized_matmul(graph, matmul) or not graph.used_only_by(matmul, [reshape]):
             continue
-        users = pattern + chain
-        if not graph.used_only_by(matmul, [reshape]) or not graph.used_only_by(reshape, users):
-            continue
-        if not all(graph.used_only_by(n, users) for n in chain) or not graph.used_only_by(
-            x, pattern
-        ):
-            continue
-        if not all(graph.used_only_by(n, pattern) for n in pattern[1:]):
-            continue
-        fused = _fused_quantized_matmul(graph, matmul, f"{matmul.name}/gelu", "GeluExact")
+        fused = _quantized_matmul_with_gelu(graph, matmul, f"{matmul.name}/gelu")
         new_reshape = graph.add(
             reshape, f"{out.name}/gelu/reshape", "Reshape", [fused.name, reshape.input[1]]
         )
