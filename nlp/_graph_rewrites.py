@@ -435,6 +435,16 @@ def _gelu_on_reshape(graph: _Graph, out: Any) -> Any:
     return node
 
 
+def _reshaped_into(graph: _Graph, out: Any, reshape: Any, value: str) -> None:
+    """Make ``out`` an Identity of ``value`` reshaped as ``reshape`` reshapes (same shape input):
+    the GELU rewrites' last step, once the GELU has moved before the reshape."""
+    new_reshape = graph.add(
+        reshape, f"{out.name}/gelu/reshape", "Reshape", [value, reshape.input[1]]
+    )
+    new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
+    _become_identity(out, new_reshape.name)
+
+
 def rewrite_erf_gelus(graph_def: Any) -> int:
     """The erf GELU after a Dense -> applied before the Dense's output reshape, in the remapper's
     ``MatMul + BiasAdd + GeluExact`` form (``_FusedMatMul``, one oneDNN kernel).
@@ -467,11 +477,7 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
         plus_one = graph.add(out, f"{out.name}/gelu/plus_one", "AddV2", [erf.name, one.name])
         halved = graph.add(out, f"{out.name}/gelu/halved", "Mul", [plus_one.name, half.name])
         gelu = graph.add(out, f"{out.name}/gelu/output", "Mul", [halved.name, y])
-        new_reshape = graph.add(
-            reshape, f"{out.name}/gelu/reshape", "Reshape", [gelu.name, reshape.input[1]]
-        )
-        new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
-        _become_identity(out, new_reshape.name)
+        _reshaped_into(graph, out, reshape, gelu.name)
         count += 1
     return count
 
@@ -546,10 +552,6 @@ def fuse_quantized_gelus(graph_def: Any) -> int:
         if not _is_old_quantized_matmul(graph, matmul) or not graph.used_only_by(matmul, [reshape]):
             continue
         fused = _quantized_matmul_with_gelu(graph, matmul, f"{matmul.name}/gelu")
-        new_reshape = graph.add(
-            reshape, f"{out.name}/gelu/reshape", "Reshape", [fused.name, reshape.input[1]]
-        )
-        new_reshape.attr["Tshape"].CopyFrom(reshape.attr["Tshape"])
-        _become_identity(out, new_reshape.name)
+        _reshaped_into(graph, out, reshape, fused.name)
         count += 1
     return count
