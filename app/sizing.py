@@ -43,10 +43,12 @@ MEMORY_HEADROOM = 0.9
 # Per-worker RSS after load and warm-up, a line through two measured points (fp32, one worker, 2 cores):
 # the 16 MiB demo model 888 MiB (TensorFlow, Flask and the warmed shapes' buffers: most of it), the
 # 229 MiB RBT6 benchmark model 1,680-1,850 MiB (BENCHMARKS.md); bf16 keeps a bf16 copy of the weights
-# next to the fp32 ones (RBT6: +1.0 GiB). Only the start-up estimate: each worker measures its own.
+# next to the fp32 ones (RBT6: +1.0 GiB). An int8 directory is small on disk (int8 weights) but is
+# frozen and rewritten at load: the RBT6 int8 copy, 106 MiB on disk, held 1,918-2,040 MiB, the demo's,
+# 13 MiB, 957 MiB (2026-12-03). Only the start-up estimate: each worker measures its own.
 BASE_RSS_MIB = 820.0
 RSS_PER_MODEL_MIB = 4.0
-BF16_EXTRA_PER_MODEL_MIB = 4.3
+EXTRA_PER_MODEL_MIB = {"bf16": 4.3, "int8": 7.5}
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,7 @@ def estimate_worker_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
                 size += path.stat().st_size
         except OSError:
             continue
-    per_model = RSS_PER_MODEL_MIB + (BF16_EXTRA_PER_MODEL_MIB if precision == "bf16" else 0.0)
+    per_model = RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(precision, 0.0)
     return BASE_RSS_MIB + per_model * size / MIB
 
 

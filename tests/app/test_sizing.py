@@ -169,5 +169,16 @@ def test_sizing_estimate_grows_with_the_model(tmp_path: Path) -> None:
     assert sizing.estimate_worker_rss_mib(big, "bf16") > sizing.estimate_worker_rss_mib(big)
 
 
+def test_sizing_estimate_of_an_int8_directory_counts_what_loading_it_costs(tmp_path: Path) -> None:
+    """An int8 copy is under half its parent's size on disk, yet served frozen it holds about what
+    the parent does (RBT6: 106 MiB on disk, ~2,000 MiB; its fp32 parent 229 MiB, 1,680-1,935 MiB)."""
+    int8 = tmp_path / "int8"
+    (int8 / "variables").mkdir(parents=True)
+    (int8 / "variables" / "w").write_bytes(b"\0" * 106 * 2**20)
+    estimate = sizing.estimate_worker_rss_mib(int8, "int8")
+    assert 1_850 <= estimate <= 2_150
+    assert estimate > sizing.estimate_worker_rss_mib(int8, "fp32") + 600
+
+
 def test_sizing_doctests() -> None:
     assert doctest.testmod(sizing).failed == 0
