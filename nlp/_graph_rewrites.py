@@ -5,6 +5,9 @@ their reshapes) and then applies these rewrites before it imports the graph into
 rewrite turns a pattern that bert4keras writes into one that computes the same values with fewer
 passes over memory, or into the form grappler's remapper fuses into one oneDNN kernel:
 
+- ``flatten_dense_inputs``: the shape a Dense on a 3-D input flattens it to (``tf.tensordot``'s
+  ``[prod(free dims), prod(contracted dims)]``, six shape ops per call) as the constant
+  ``[-1, prod(contracted dims)]`` where those dims are static;
 - ``mask_without_broadcasts``: ``SelectV2`` over two ``BroadcastTo`` copies (Keras' ``where``) reads
   the small mask and the scalar fill directly (``SelectV2`` broadcasts by itself);
 - ``mask_pointer_scores_once``: the pointer heads' ``-inf`` masking happens on ``(rows, 1, L, L)``
@@ -129,19 +132,8 @@ def _float_scalar(node: Any) -> float | None:
 
 def _int_scalar_or_single(node: Any) -> int | None:
     """The value of an int32/int64 ``Const`` holding one element (scalar or shape [1]), or None."""
-    if node is None or node.op != "Const" or node.attr["dtype"].type not in (3, 9):
-        return None
-    tensor = node.attr["value"].tensor
-    if [d.size for d in tensor.tensor_shape.dim] not in ([], [1]):
-        return None
-    if tensor.int_val:
-        return int(tensor.int_val[0])
-    if tensor.int64_val:
-        return int(tensor.int64_val[0])
-    if tensor.tensor_content:
-        fmt = "<i" if tensor.dtype == 3 else "<q"
-        return int(struct.unpack(fmt, tensor.tensor_content)[0])
-    return 0  # no values: zeros
+    values = _const_ints(node)
+    return values[0] if values is not None and len(values) == 1 else None
 
 
 def _is_float_op(node: Any) -> bool:
@@ -187,6 +179,89 @@ def prune(graph_def: Any, keep: Iterable[str]) -> int:
     for i in reversed(dead):
         del graph_def.node[i]
     return len(dead)
+
+
+# -- shape arithmetic -------------------------------------------------------------------------
+
+
+def _const_ints(node: Any) -> list[int] | None:
+    """The values of a small int32/int64 ``Const`` (scalar or 1-D), or None."""
+    if (
+        node is None
+        or node.op not in ("Const", "HostConst")
+        or node.attr["dtype"].type not in (3, 9)
+    ):
+        return None
+    tensor = node.attr["value"].tensor
+    dims = [d.size for d in tensor.tensor_shape.dim]
+    if len(dims) > 1:
+        return None
+    count = dims[0] if dims else 1
+    values = list(tensor.int_val or tensor.int64_val)
+    if not values and tensor.tensor_content:
+        fmt = f"<{count}{'i' if tensor.dtype == 3 else 'q'}"
+        values = list(struct.unpack(fmt, tensor.tensor_content))
+    if not values:
+        values = [0] * count
+    if len(values) < count:  # a proto may store a repeated last value once
+        values += [values[-1]] * (count - len(values))
+    return values if len(values) == count else None
+
+
+def flatten_dense_inputs(graph_def: Any, dims: dict[str, list[int | None] | None]) -> int:
+    """``Reshape(t, Pack(Prod(Gather(Shape(x), free)), Prod(Gather(Shape(x), contracted))))`` ->
+    ``Reshape(t, [-1, K])`` with ``K`` the product of ``x``'s static contracted dims.
+
+    This is how ``tf.tensordot`` (a Keras Dense on a 3-D input) flattens its input to a matrix; the
+    shape is recomputed on every call by six small ops. Exact: both shapes have ``K`` columns and
+    the same element count, so ``-1`` is the same number of rows. Only where every contracted dim of
+    ``x`` is static (``dims``: output shapes by node name) and non-zero. The free dims' gather stays
+    (the Dense's output reshape reads it); the other ops are pruned afterwards.
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for reshape in list(graph_def.node):
+        if reshape.op != "Reshape":
+            continue
+        pack = graph.input(reshape, 1)
+        if pack is None or pack.op != "Pack" or len(pack.input) != 2:
+            continue
+        prods = [graph.input(pack, i) for i in (0, 1)]
+        if any(p is None or p.op != "Prod" for p in prods):
+            continue
+        gathers = [graph.input(p, 0) for p in prods]
+        if any(g is None or g.op != "GatherV2" for g in gathers):
+            continue
+        shapes = [graph.input(g, 0) for g in gathers]
+        if any(s is None or s.op != "Shape" for s in shapes) or shapes[0] is not shapes[1]:
+            continue
+        x = graph.input(shapes[0], 0)
+        x_dims = dims.get(x.name) if x is not None else None
+        contracted = _const_ints(graph.skip_identities(graph.input(gathers[1], 1)))
+        if x_dims is None or contracted is None:
+            continue
+        if _const_ints(graph.skip_identities(graph.input(gathers[1], 2))) != [0]:
+            continue
+        sizes = [x_dims[a] if -len(x_dims) <= a < len(x_dims) else None for a in contracted]
+        if not sizes or any(d is None or d <= 0 for d in sizes):
+            continue
+        columns = math.prod(d for d in sizes if d is not None)
+        shape = graph.graph_def.node.add()
+        shape.name = graph.unique(f"{reshape.name}/flat_shape")
+        shape.op = "Const"
+        shape.device = pack.device
+        shape.attr["dtype"].type = pack.attr["T"].type
+        tensor = shape.attr["value"].tensor
+        tensor.dtype = pack.attr["T"].type
+        tensor.tensor_shape.dim.add().size = 2
+        if tensor.dtype == 3:
+            tensor.int_val.extend([-1, columns])
+        else:
+            tensor.int64_val.extend([-1, columns])
+        graph.nodes[shape.name] = shape
+        reshape.input[1] = shape.name
+        count += 1
+    return count
 
 
 # -- masking ------------------------------------------------------------------------------------

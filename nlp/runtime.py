@@ -217,18 +217,21 @@ def _onednn_layer_norm() -> bool:
 
 
 def _rewrite(
-    graph_def: Any, output_names: Sequence[str], ranks: dict[str, int | None]
+    graph_def: Any, output_names: Sequence[str], dims: dict[str, list[int | None] | None]
 ) -> dict[str, int]:
     """Apply the exact per-call rewrites of ``nlp._graph_rewrites`` to a frozen, bias-folded graph,
     in place; returns how many places each rewrote.
 
     Order matters: the pointer heads' mask moves before their bias terms only once its
     ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape.
-    Nodes nothing reads any more are pruned between steps. ``ranks``: output rank by node name.
+    Nodes nothing reads any more are pruned between steps. ``dims``: each node's static output
+    shape (None where the rank is unknown), from the graph as loaded.
     """
     rewrites = _graph_rewrites
+    ranks = {name: None if shape is None else len(shape) for name, shape in dims.items()}
     counts = {"pruned": rewrites.prune(graph_def, output_names)}
     steps: list[tuple[str, Callable[[Any], int]]] = [
+        ("flatten_dense_inputs", lambda g: rewrites.flatten_dense_inputs(g, dims)),
         ("mask_without_broadcasts", rewrites.mask_without_broadcasts),
         ("mask_pointer_scores_once", rewrites.mask_pointer_scores_once),
         ("rewrite_erf_gelus", rewrites.rewrite_erf_gelus),
@@ -448,13 +451,15 @@ class SessionRuntime(WarmedShapes):
         graph = tf.Graph()
         try:
             graph_def = _freeze(self._session, self._graph, output_names)
-            ranks = {
-                op.name: op.outputs[0].shape.rank
+            dims = {
+                op.name: op.outputs[0].shape.as_list()
+                if op.outputs[0].shape.rank is not None
+                else None
                 for op in self._graph.get_operations()
                 if op.outputs
             }
             if graph_rewrites:
-                self.rewrites = _rewrite(graph_def, output_names, ranks)
+                self.rewrites = _rewrite(graph_def, output_names, dims)
             with graph.as_default():
                 tf.import_graph_def(graph_def, name="")
         except (ValueError, TypeError, tf.errors.OpError) as exc:

@@ -66,6 +66,8 @@ def test_rewritten_graph_gives_the_original_scores(jittered_model_dir):
     assert rewritten.rewrites["mask_without_broadcasts"] == 5
     assert rewritten.rewrites["mask_pointer_scores_once"] == 2
     assert rewritten.rewrites["rewrite_erf_gelus"] == 2
+    # every Dense flattens its input with a constant shape: 6 per layer, 2 per pointer head
+    assert rewritten.rewrites["flatten_dense_inputs"] == 2 * 6 + 3 * 2
     ops = [op.type for op in rewritten._graph.get_operations()]
     assert not {"BroadcastTo", "VarHandleOp", "ReadVariableOp"} & set(ops)
     if runtime_module._onednn_layer_norm():
@@ -328,3 +330,50 @@ def test_quantized_gelu_fusion_leaves_a_dense_output_read_elsewhere_alone():
     graph_def = _quantized_dense_gelu_graph(extra_consumer=True).as_graph_def()
     assert rewrites.fuse_quantized_gelus(graph_def) == 0
     assert rewrites.QUANTIZED_MATMUL in [n.op for n in graph_def.node]
+
+
+def _dense_on_3d_graph():
+    """What a Keras Dense writes for a 3-D input: ``tf.tensordot`` with its runtime shape maths."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 6], name="x")
+        w = tf.constant(rng.normal(0, 0.5, (6, 4)).astype(np.float32))
+        tf.identity(tf.tensordot(x, w, [[2], [0]]), name="out")
+    return graph
+
+
+def _dims(graph):
+    return {
+        op.name: op.outputs[0].shape.as_list() if op.outputs[0].shape.rank is not None else None
+        for op in graph.get_operations()
+        if op.outputs
+    }
+
+
+def test_dense_input_flattening_is_exact_and_drops_the_shape_maths():
+    graph = _dense_on_3d_graph()
+    graph_def = graph.as_graph_def()
+    before = len(graph_def.node)
+    feeds = [
+        np.random.default_rng(8).normal(size=s).astype(np.float32) for s in [(2, 5, 6), (1, 3, 6)]
+    ]
+    expected = [_run(graph_def, {"x": x}, "out") for x in feeds]
+    assert rewrites.flatten_dense_inputs(graph_def, _dims(graph)) == 1
+    rewrites.prune(graph_def, ["out"])
+    assert len(graph_def.node) <= before - 3  # Pack and the contracted dims' Gather + Prod at least
+    flat = [n for n in graph_def.node if n.name.endswith("/flat_shape")]
+    assert len(flat) == 1 and list(flat[0].attr["value"].tensor.int_val) == [-1, 6]
+    for x, want in zip(feeds, expected, strict=True):
+        np.testing.assert_array_equal(_run(graph_def, {"x": x}, "out"), want)
+
+
+def test_dense_input_flattening_needs_the_contracted_dims_static():
+    graph = _dense_on_3d_graph()
+    graph_def = graph.as_graph_def()
+    dims = {
+        name: None if shape is None else [None] * len(shape) for name, shape in _dims(graph).items()
+    }
+    assert rewrites.flatten_dense_inputs(graph_def, dims) == 0

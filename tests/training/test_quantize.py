@@ -247,6 +247,7 @@ def test_quantize_int8_model_serves_only_as_int8(int8_demo_dir: Path) -> None:
         assert "QuantizedMatMulWithBiasAndDequantize" in ops
         # Served rewritten: the 6 GELUs fused into their int8 Dense, the 13 LayerNorms as one op.
         assert extractor.runtime.rewrites["fuse_quantized_gelus"] == 6
+        assert extractor.runtime.rewrites["flatten_dense_inputs"] == 42
         assert "_QuantizedMatMul" in ops and "Erf" not in ops
         if runtime_module._onednn_layer_norm():
             assert extractor.runtime.rewrites["rewrite_layer_norms"] == 13
