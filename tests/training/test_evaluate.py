@@ -1,11 +1,13 @@
 import json
 import re
 import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from training.evaluate import (
+    PATTERNS,
     DataError,
     Report,
     gold_entities,
@@ -15,9 +17,11 @@ from training.evaluate import (
     score_by_label,
     score_by_pattern,
 )
+from training.schema import PREDICATES, SPOUSE_INVERSE
 
 DATA = Path(__file__).parent / "data"
 EVERYDAY = DATA / "everyday.jsonl"
+UNSEEN = DATA / "everyday_unseen.jsonl"
 
 
 def test_evaluate_micro_scores() -> None:
@@ -52,6 +56,45 @@ def test_evaluate_gold_entities_are_positions_of_every_mention() -> None:
     # Without "entities" (a triples-only file), the typed triple arguments.
     del rec["entities"]
     assert gold_entities(rec) == {(0, 2, "人物"), (4, 8, "机构"), (9, 11, "人物")}
+
+
+# -- the hand-written everyday set of issue 23 ---------------------------------------------------
+
+
+def test_evaluate_unseen_set_is_well_formed() -> None:
+    """Every argument is a span of its text, every predicate is the schema's, spouses go both
+    ways, every record is tagged with known patterns, and no text repeats the older set."""
+    records = read_records(UNSEEN)
+    assert len(records) >= 150
+    texts = [r["text"] for r in records]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & {r["text"] for r in read_records(EVERYDAY)}
+    for r in records:
+        shown = json.dumps(r, ensure_ascii=False)
+        triples = gold_triples(r)
+        assert len(triples) == len(r["triples"]), shown  # no duplicate triple
+        for s, p, o in triples:
+            assert p in PREDICATES, shown
+            assert s in r["text"] and o in r["text"], shown
+            for arg in (s, o):
+                assert arg == arg.strip() and not set(arg) & set("《》“”"), shown
+            if p in SPOUSE_INVERSE:
+                assert (o, SPOUSE_INVERSE[p], s) in triples, shown
+        tags = r["patterns"]
+        assert tags and len(set(tags)) == len(tags) and set(tags) <= set(PATTERNS), shown
+        assert ("no_fact" in tags) == (not triples), shown
+        if "multi_fact" in tags:
+            assert len(triples) >= 2, shown
+
+
+def test_evaluate_unseen_set_covers_every_predicate_and_pattern() -> None:
+    records = read_records(UNSEEN)
+    per_predicate = Counter(p for r in records for _, p, _ in gold_triples(r))
+    per_pattern = Counter(t for r in records for t in r["patterns"])
+    assert {p: n for p, n in per_predicate.items() if n < 8} == {}
+    assert set(per_predicate) == set(PREDICATES)
+    assert {t: n for t, n in per_pattern.items() if n < 4} == {}
+    assert set(per_pattern) == set(PATTERNS)
 
 
 # -- scores per label and per pattern ------------------------------------------------------------
