@@ -1,3 +1,4 @@
+import doctest
 import json
 import re
 import unicodedata
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from training import evaluate as evaluate_module
 from training.evaluate import (
     PATTERNS,
     DataError,
@@ -190,3 +192,7 @@ def test_evaluate_read_records_skips_blank_lines_and_keeps_other_fields(tmp_path
     path = tmp_path / "data.jsonl"
     path.write_text('\n{"text": "a", "spo_list": [], "patterns": ["chat"]}\n\n', encoding="utf-8")
     assert read_records(path) == [{"text": "a", "spo_list": [], "patterns": ["chat"]}]
+
+
+def test_evaluate_doctests() -> None:
+    assert doctest.testmod(evaluate_module).failed == 0
