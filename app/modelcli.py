@@ -153,6 +153,15 @@ def train_command(
     default=None,
     help="Precision of --baseline (default: its own).",
 )
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["json", "text"]),
+    default="json",
+    show_default=True,
+    help="json: one line, the overall scores with by_predicate (or by_type) and by_pattern; "
+    "text: the same as aligned tables.",
+)
 def evaluate_command(
     data_path: Path,
     model_dir: Path,
@@ -160,20 +169,25 @@ def evaluate_command(
     precision: str | None,
     baseline_dir: Path | None,
     baseline_precision: str | None,
+    output_format: str,
 ) -> None:
     """Micro precision / recall / F1 on DATA_PATH: exact (subject, predicate, object) triples for a
-    triples model, exact entities (span and type) for an entities model.
+    triples model, exact entities (span and type) for an entities model; overall, per predicate
+    (per type for an entities model) and, when records carry "patterns": [...], per pattern (a
+    pattern counts the triples of the records tagged with it).
 
-    With --baseline: both models' scores, the F1 difference and the share of texts whose results
-    are identical (how an int8 model is checked against its fp32 parent).
+    With --baseline: both models' overall scores, the F1 difference and the share of texts whose
+    results are identical (how an int8 model is checked against its fp32 parent).
     """
     from nlp.errors import ModelLoadError
-    from training.evaluate import compare, evaluate
+    from training.evaluate import DataError, compare, evaluate
 
     try:
         if baseline_dir is not None:
             if errors_path is not None:
                 raise click.UsageError("--errors is for one model; leave out --baseline")
+            if output_format != "json":
+                raise click.UsageError("--format text is for one model; leave out --baseline")
             comparison = compare(
                 model_dir,
                 baseline_dir,
@@ -184,13 +198,16 @@ def evaluate_command(
             click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
             return
         scores, errors = evaluate(model_dir, data_path, precision=precision)
-    except ModelLoadError as exc:
+    except (ModelLoadError, DataError) as exc:
         raise click.ClickException(str(exc)) from exc
     if errors_path is not None:
         with errors_path.open("w", encoding="utf-8") as fh:
             for e in errors:
                 fh.write(json.dumps(e, ensure_ascii=False) + "\n")
-    click.echo(json.dumps(scores.to_dict(), ensure_ascii=False))
+    if output_format == "text":
+        click.echo(scores.to_text(f"{data_path} on {model_dir}"))
+    else:
+        click.echo(json.dumps(scores.to_dict(), ensure_ascii=False))
 
 
 @click.command("export")

@@ -9,18 +9,51 @@ A triple counts when (subject text, predicate, object text) matches. An entity c
 character span and type match a gold entity: the gold entities of a record are every occurrence of
 each named entity (``training.schema.entity_spans``; without ``entities``, the typed arguments of
 its triples), so the score is entity-level, by position.
+
+Besides the micro scores of the whole set, the same scores per label (predicate, or entity type)
+and, when records carry ``"patterns": [...]`` (how the sentence states its facts, ``PATTERNS``),
+per pattern: a pattern's scores count every triple of the records tagged with it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 TripleKey = tuple[str, str, str]
 EntityKey = tuple[int, int, str]
+
+# How a sentence states its facts: the tags of the hand-written everyday set
+# (tests/training/data/everyday_unseen.jsonl, described in tests/training/data/README.md). A record
+# may carry several. Scoring accepts any tag; the set's test keeps its tags to these.
+PATTERNS: dict[str, str] = {
+    "plain": "the facts in their most common phrasing (X出生于Y, X的首都是Y, X成立于Y)",
+    "passive": "the work or company first, the person after it: 被, 为…所, 所著, 是…写的",
+    "you_by": "由…: 由Y执导, 由Y作词, 由Y出版, 由Y创立",
+    "verb_variant": "a less common verb or noun for the predicate: 创办于, 执掌, 操刀, 填词, 老公, 校友",
+    "apposition": "a name next to a noun that describes it: 作家X, 导演Y, 埃及首都开罗, X，男，汉族",
+    "side_clause": "the fact inside a modifier, a subordinate clause or parentheses (由Y创办的X宣布…)",
+    "multi_fact": "two or more facts in one sentence",
+    "coordination": "two subjects or objects joined by 和, 与, 跟, 及 or juxtaposed",
+    "list": "three or more names in a row, with 、 and 和 (the first is as much a fact as the last)",
+    "number_date": "dates in everyday forms (98年, 一九五二年, 1985.07, 3月8日) or numbers near the facts",
+    "coreference": "a fact stated through 他, 她, 该片, 这家公司, 本人: the gold names the antecedent",
+    "negation": "a denied or corrected fact (不是A而是B, 以为A其实B): only the true one is gold",
+    "near_miss": "a role or relation close to a predicate but outside the schema (译者, 制片人, 前妻)",
+    "key_value": "form or résumé style fields (姓名：… 民族：… 籍贯：…)",
+    "foreign_name": "a transliterated foreign name (阿尔伯特·爱因斯坦)",
+    "chat": "colloquial or chat register (我爸, 老公, 咱们, 太戳心了)",
+    "no_fact": "no fact of the schema although names, places or dates occur",
+}
+
+
+class DataError(ValueError):
+    """A records file that cannot be scored (the message names the file and the line)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +88,58 @@ class Scores:
         }
 
 
+@dataclass(frozen=True)
+class Report(Scores):
+    """The scores of a whole set (it is their ``Scores``), and the same per label and per pattern.
+
+    ``label`` names what ``by_label`` is keyed by: ``predicate`` for a triples model, ``type`` for
+    an entities model. ``by_pattern`` is empty when no record carries patterns.
+    """
+
+    label: str = "predicate"
+    by_label: Mapping[str, Scores] = field(default_factory=dict)
+    by_pattern: Mapping[str, Scores] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out[f"by_{self.label}"] = {k: v.to_dict() for k, v in self.by_label.items()}
+        if self.by_pattern:
+            out["by_pattern"] = {k: v.to_dict() for k, v in self.by_pattern.items()}
+        return out
+
+    def to_text(self, title: str = "") -> str:
+        """Aligned tables (Chinese labels count two columns): the whole set, per label, per pattern."""
+        sections: list[tuple[str, Mapping[str, Scores]]] = [("all", {"all": self})]
+        sections.append((self.label, self.by_label))
+        if self.by_pattern:
+            sections.append(("pattern", self.by_pattern))
+        names = [k for _, rows in sections for k in rows] + [t for t, _ in sections]
+        width = max(_display_width(n) for n in names) + 2
+        lines = [title] if title else []
+        for heading, rows in sections:
+            if heading != "all":
+                lines.append("")
+            lines.append(_pad(heading if heading != "all" else "", width) + _TEXT_HEADER)
+            for name, s in rows.items():
+                lines.append(
+                    _pad(name, width)
+                    + f"{s.records:>8}{s.gold:>6}{s.predicted:>11}{s.true_positives:>9}"
+                    + f"{s.precision:>11.3f}{s.recall:>8.3f}{s.f1:>7.3f}"
+                )
+        return "\n".join(lines)
+
+
+_TEXT_HEADER = f"{'records':>8}{'gold':>6}{'predicted':>11}{'correct':>9}{'precision':>11}{'recall':>8}{'F1':>7}"
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _display_width(text))
+
+
 def score(predicted: Iterable[set[Any]], gold: Iterable[set[Any]]) -> Scores:
     """Micro scores over paired per-record triple sets.
 
@@ -70,9 +155,94 @@ def score(predicted: Iterable[set[Any]], gold: Iterable[set[Any]]) -> Scores:
     return Scores(tp, n_pred, n_gold, n)
 
 
+def score_by_label(
+    predicted: Sequence[set[Any]],
+    gold: Sequence[set[Any]],
+    label: Callable[[Any], str],
+    order: Sequence[str] = (),
+) -> dict[str, Scores]:
+    """Micro scores of each label (``label(item)``: a triple's predicate, an entity's type) that
+    occurs in the gold or the predictions; ``records``: the records where it occurs. Labels in
+    ``order`` first, in that order, then the others sorted.
+
+    >>> by = score_by_label([{("a", "p", "b")}], [{("a", "p", "b"), ("a", "q", "c")}], lambda t: t[1])
+    >>> {k: (v.precision, v.recall) for k, v in by.items()}
+    {'p': (1.0, 1.0), 'q': (0.0, 0.0)}
+    """
+    tp: Counter[str] = Counter()
+    n_pred: Counter[str] = Counter()
+    n_gold: Counter[str] = Counter()
+    n: Counter[str] = Counter()
+    for pred, true in zip(predicted, gold, strict=True):
+        tp.update(label(x) for x in pred & true)
+        n_pred.update(label(x) for x in pred)
+        n_gold.update(label(x) for x in true)
+        n.update({label(x) for x in pred | true})
+    ranks = {name: i for i, name in enumerate(order)}
+    labels = sorted(n, key=lambda k: (ranks.get(k, len(ranks)), k))
+    return {k: Scores(tp[k], n_pred[k], n_gold[k], n[k]) for k in labels}
+
+
+def score_by_pattern(
+    patterns: Sequence[Sequence[str]], predicted: Sequence[set[Any]], gold: Sequence[set[Any]]
+) -> dict[str, Scores]:
+    """Micro scores of the records tagged with each pattern (``patterns[i]``: record i's tags).
+    Patterns of ``PATTERNS`` first, in its order, then the others sorted.
+
+    >>> by = score_by_pattern([["passive"], []], [{1}, {2}], [{1}, {3}])
+    >>> {k: (v.records, v.f1) for k, v in by.items()}
+    {'passive': (1, 1.0)}
+    """
+    tagged: dict[str, list[int]] = {}
+    for i, tags in enumerate(patterns):
+        for tag in dict.fromkeys(tags):
+            tagged.setdefault(tag, []).append(i)
+    ranks = {name: i for i, name in enumerate(PATTERNS)}
+    names = sorted(tagged, key=lambda k: (ranks.get(k, len(ranks)), k))
+    return {
+        k: score([predicted[i] for i in tagged[k]], [gold[i] for i in tagged[k]]) for k in names
+    }
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (blank lines skipped), checked enough to be scored:
+    an object with a ``text`` string; ``triples``, ``entities`` and ``patterns`` optional.
+
+    Raises ``DataError`` naming the line of the first bad record.
+    """
+    records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problem = f"not JSON ({exc.msg}, column {exc.colno})"
+                raise DataError(f"{path}, line {number}: {problem}") from None
+            try:
+                _check_record(record)
+            except ValueError as exc:
+                raise DataError(f"{path}, line {number}: {exc}") from None
+            records.append(record)
+    return records
+
+
+def _check_record(record: Any) -> None:
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if not isinstance(record.get("text"), str):
+        raise ValueError("no 'text' string")
+    for key, size in (("triples", 3), ("entities", 2)):
+        items = record.get(key, [])
+        if not isinstance(items, list) or not all(
+            isinstance(x, list) and len(x) == size and all(isinstance(v, str) for v in x)
+            for x in items
+        ):
+            raise ValueError(f"'{key}' is not a list of [{', '.join(['string'] * size)}]")
+    tags = record.get("patterns", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t.strip() for t in tags):
+        raise ValueError("'patterns' is not a list of non-empty strings")
 
 
 def gold_triples(record: dict[str, Any]) -> set[TripleKey]:
@@ -118,51 +288,82 @@ def model_precision(model_dir: str | Path) -> str:
     return load_manifest(model_dir).precision
 
 
+@dataclass(frozen=True)
+class _Run:
+    """A model's predictions on records and their gold, for the model's task."""
+
+    task: str
+    labels: tuple[str, ...]  # the model's predicates or entity types, in output order
+    predicted: list[set[Any]]
+    gold: list[set[Any]]
+
+
 def _predict(
     model_dir: str | Path, precision: str | None, records: Sequence[dict[str, Any]]
-) -> tuple[str, list[set[Any]], list[set[Any]]]:
-    """The model's task, its predictions on ``records`` and their gold for that task."""
+) -> _Run:
     from nlp.pipeline import Extractor
 
     texts = [r["text"] for r in records]
     with Extractor.load(model_dir, precision=precision or model_precision(model_dir)) as extractor:
-        task = extractor.manifest.task
-        if task == "entities":
-            return (
-                task,
-                list(predict_entities(extractor, texts)),
-                [gold_entities(r) for r in records],
-            )
-        return task, list(predict_triples(extractor, texts)), [gold_triples(r) for r in records]
+        manifest = extractor.manifest
+        predicted: list[set[Any]]
+        gold: list[set[Any]]
+        if manifest.task == "entities":
+            predicted = predict_entities(extractor, texts)
+            gold = [gold_entities(r) for r in records]
+        else:
+            predicted = predict_triples(extractor, texts)
+            gold = [gold_triples(r) for r in records]
+        return _Run(manifest.task, manifest.labels, predicted, gold)
+
+
+def report(records: Sequence[dict[str, Any]], run: _Run) -> Report:
+    """The scores of ``run`` on ``records``: overall, per label, per pattern."""
+    overall = score(run.predicted, run.gold)
+    if run.task == "entities":
+        label, of = "type", (lambda x: x[2])
+    else:
+        label, of = "predicate", (lambda x: x[1])
+    return Report(
+        overall.true_positives,
+        overall.predicted,
+        overall.gold,
+        overall.records,
+        label=label,
+        by_label=score_by_label(run.predicted, run.gold, of, run.labels),
+        by_pattern=score_by_pattern(
+            [r.get("patterns", []) for r in records], run.predicted, run.gold
+        ),
+    )
 
 
 def evaluate(
     model_dir: str | Path, data_path: str | Path, *, precision: str | None = None
-) -> tuple[Scores, list[dict[str, Any]]]:
-    """Scores of ``model_dir`` on ``data_path``, and the records it got wrong (for inspection).
+) -> tuple[Report, list[dict[str, Any]]]:
+    """Scores of ``model_dir`` on ``data_path`` (overall, per label, per pattern), and the records
+    it got wrong (for inspection, with their patterns if they have any).
 
     The model's task decides what is scored: triples, or entities (errors then list
     ``[start, end, type, text]``). ``precision`` ``None``: the model's own (fp32, or int8 for a
     quantized directory).
     """
     records = read_records(Path(data_path))
-    task, predicted, gold = _predict(model_dir, precision, records)
+    run = _predict(model_dir, precision, records)
 
     def shown(items: set[Any], text: str) -> list[Any]:
-        if task == "entities":
+        if run.task == "entities":
             return [[s, e, t, text[s:e]] for s, e, t in sorted(items)]
         return sorted(items)
 
-    errors = [
-        {
-            "text": r["text"],
-            "missed": shown(g - p, r["text"]),
-            "spurious": shown(p - g, r["text"]),
-        }
-        for r, p, g in zip(records, predicted, gold, strict=True)
-        if p != g
-    ]
-    return score(predicted, gold), errors
+    errors = []
+    for r, p, g in zip(records, run.predicted, run.gold, strict=True):
+        if p != g:
+            error = {"text": r["text"], "missed": shown(g - p, r["text"])}
+            error["spurious"] = shown(p - g, r["text"])
+            if r.get("patterns"):
+                error["patterns"] = r["patterns"]
+            errors.append(error)
+    return report(records, run), errors
 
 
 @dataclass(frozen=True)
@@ -198,7 +399,7 @@ def compare(
 ) -> Comparison:
     """Scores of both models on ``data_path``, and on how many texts their results are identical."""
     records = read_records(Path(data_path))
-    _, predicted, gold = _predict(model_dir, precision, records)
-    _, reference, _ = _predict(baseline_dir, baseline_precision, records)
-    same = sum(p == r for p, r in zip(predicted, reference, strict=True))
-    return Comparison(score(predicted, gold), score(reference, gold), same)
+    run = _predict(model_dir, precision, records)
+    reference = _predict(baseline_dir, baseline_precision, records).predicted
+    same = sum(p == r for p, r in zip(run.predicted, reference, strict=True))
+    return Comparison(score(run.predicted, run.gold), score(reference, run.gold), same)

@@ -22,6 +22,78 @@ def test_evaluate_reports_scores_at_the_chosen_precision(triples_model_dir, tmp_
     assert {"precision", "recall", "f1"} <= set(scores)
 
 
+def _write_records(path, records):
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+    )
+    return path
+
+
+TAGGED = [
+    {"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]], "patterns": ["plain"]},
+    {
+        "text": "《长夜》由韩冰执导，作者是李四。",
+        "triples": [["长夜", "导演", "韩冰"], ["长夜", "作者", "李四"]],
+        "patterns": ["you_by", "multi_fact"],
+    },
+    {"text": "今天天气很好。", "triples": [], "patterns": ["no_fact"]},
+]
+
+
+def test_evaluate_reports_scores_per_predicate_and_per_pattern(triples_model_dir, tmp_path):
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    result = CliRunner().invoke(main, ["evaluate", str(data), "--model", str(triples_model_dir)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    by_predicate, by_pattern = doc["by_predicate"], doc["by_pattern"]
+    # Every predicate of the gold is listed, the model's own (出生地, 妻子, 作者) in their order
+    # first; 导演 is unknown to the tiny model, so it is never predicted.
+    assert {"出生地", "作者", "导演"} <= set(by_predicate)
+    assert by_predicate["导演"]["gold"] == 1 and by_predicate["导演"]["predicted"] == 0
+    assert list(by_predicate)[-1] == "导演"
+    for key in ("gold", "predicted", "correct"):
+        assert sum(s[key] for s in by_predicate.values()) == doc[key]
+    assert list(by_pattern) == ["plain", "you_by", "multi_fact", "no_fact"]
+    assert [by_pattern[k]["records"] for k in by_pattern] == [1, 1, 1, 1]
+    assert [by_pattern[k]["gold"] for k in by_pattern] == [1, 2, 2, 0]
+
+
+def test_evaluate_text_format_prints_the_tables(triples_model_dir, tmp_path):
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--format", "text"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    firsts = [line.split()[0] for line in result.output.splitlines() if line.strip()]
+    assert firsts[1:3] == ["records", "all"]
+    assert "predicate" in firsts and "pattern" in firsts and "导演" in firsts
+    assert firsts[-4:] == ["plain", "you_by", "multi_fact", "no_fact"]
+
+
+def test_evaluate_reports_scores_per_type_for_an_entities_model(entities_model_dir, tmp_path):
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    result = CliRunner().invoke(main, ["evaluate", str(data), "--model", str(entities_model_dir)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert "by_predicate" not in doc and set(doc["by_type"]) >= {"人物", "地点"}
+    assert sum(s["gold"] for s in doc["by_type"].values()) == doc["gold"]
+    assert list(doc["by_pattern"]) == ["plain", "you_by", "multi_fact", "no_fact"]
+
+
+def test_evaluate_refuses_a_bad_record_naming_its_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"text": "张三出生于北京。"}\n{"text": "x", "patterns": "plain"}\n')
+    result = CliRunner().invoke(main, ["evaluate", str(data)])
+    assert result.exit_code == 1
+    assert "line 2: 'patterns' is not a list" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_evaluate_text_format_is_for_one_model(triples_model_dir):
+    args = ["evaluate", EVERYDAY, "--model", str(triples_model_dir), "--format", "text"]
+    result = CliRunner().invoke(main, [*args, "--baseline", str(triples_model_dir)])
+    assert result.exit_code == 2 and "--format text is for one model" in result.output
+
+
 def test_evaluate_refuses_bf16_on_a_cpu_without_it(triples_model_dir, monkeypatch):
     monkeypatch.setattr(runtime_module, "cpu_supports_bf16", lambda: False)
     result = CliRunner().invoke(

@@ -1,9 +1,29 @@
+import doctest
 import json
+import re
+import unicodedata
+from collections import Counter
 from pathlib import Path
 
-from training.evaluate import gold_entities, gold_triples, read_records, score
+import pytest
 
-EVERYDAY = Path(__file__).parent / "data" / "everyday.jsonl"
+from training import evaluate as evaluate_module
+from training.evaluate import (
+    PATTERNS,
+    DataError,
+    Report,
+    gold_entities,
+    gold_triples,
+    read_records,
+    score,
+    score_by_label,
+    score_by_pattern,
+)
+from training.schema import PREDICATES, SPOUSE_INVERSE
+
+DATA = Path(__file__).parent / "data"
+EVERYDAY = DATA / "everyday.jsonl"
+UNSEEN = DATA / "everyday_unseen.jsonl"
 
 
 def test_evaluate_micro_scores() -> None:
@@ -38,3 +58,141 @@ def test_evaluate_gold_entities_are_positions_of_every_mention() -> None:
     # Without "entities" (a triples-only file), the typed triple arguments.
     del rec["entities"]
     assert gold_entities(rec) == {(0, 2, "人物"), (4, 8, "机构"), (9, 11, "人物")}
+
+
+# -- the hand-written everyday set of issue 23 ---------------------------------------------------
+
+
+def test_evaluate_unseen_set_is_well_formed() -> None:
+    """Every argument is a span of its text, every predicate is the schema's, spouses go both
+    ways, every record is tagged with known patterns, and no text repeats the older set."""
+    records = read_records(UNSEEN)
+    assert len(records) >= 150
+    texts = [r["text"] for r in records]
+    assert len(set(texts)) == len(texts)
+    assert not set(texts) & {r["text"] for r in read_records(EVERYDAY)}
+    for r in records:
+        shown = json.dumps(r, ensure_ascii=False)
+        triples = gold_triples(r)
+        assert len(triples) == len(r["triples"]), shown  # no duplicate triple
+        for s, p, o in triples:
+            assert p in PREDICATES, shown
+            assert s in r["text"] and o in r["text"], shown
+            for arg in (s, o):
+                assert arg == arg.strip() and not set(arg) & set("《》“”"), shown
+            if p in SPOUSE_INVERSE:
+                assert (o, SPOUSE_INVERSE[p], s) in triples, shown
+        tags = r["patterns"]
+        assert tags and len(set(tags)) == len(tags) and set(tags) <= set(PATTERNS), shown
+        assert ("no_fact" in tags) == (not triples), shown
+        if "multi_fact" in tags:
+            assert len(triples) >= 2, shown
+
+
+def test_evaluate_unseen_set_covers_every_predicate_and_pattern() -> None:
+    records = read_records(UNSEEN)
+    per_predicate = Counter(p for r in records for _, p, _ in gold_triples(r))
+    per_pattern = Counter(t for r in records for t in r["patterns"])
+    assert {p: n for p, n in per_predicate.items() if n < 8} == {}
+    assert set(per_predicate) == set(PREDICATES)
+    assert {t: n for t, n in per_pattern.items() if n < 4} == {}
+    assert set(per_pattern) == set(PATTERNS)
+
+
+# -- scores per label and per pattern ------------------------------------------------------------
+
+
+def test_evaluate_scores_by_predicate_count_each_label_apart() -> None:
+    pred = [{("a", "p", "b"), ("a", "q", "x")}, {("c", "p", "d")}, set()]
+    gold = [{("a", "p", "b"), ("a", "q", "c")}, {("c", "p", "e")}, {("f", "r", "g")}]
+    by = score_by_label(pred, gold, lambda t: t[1], order=("r", "q"))
+    assert list(by) == ["r", "q", "p"]  # the model's order first, then the rest sorted
+    counts = {k: (s.true_positives, s.predicted, s.gold, s.records) for k, s in by.items()}
+    assert counts == {"p": (1, 2, 2, 2), "q": (0, 1, 1, 1), "r": (0, 0, 1, 1)}
+    overall = score(pred, gold)
+    assert sum(s.true_positives for s in by.values()) == overall.true_positives
+    assert sum(s.predicted for s in by.values()) == overall.predicted
+    assert sum(s.gold for s in by.values()) == overall.gold
+
+
+def test_evaluate_scores_by_pattern_count_the_tagged_records_only() -> None:
+    pred = [{1, 2}, {3}, {4}, set()]
+    gold = [{1}, {3}, {5}, set()]
+    tags = [["passive", "multi_fact"], ["own_tag"], ["passive", "passive"], []]
+    by = score_by_pattern(tags, pred, gold)
+    assert list(by) == ["passive", "multi_fact", "own_tag"]  # PATTERNS order, then the others
+    assert (by["passive"].records, by["passive"].true_positives) == (2, 1)
+    assert (by["passive"].predicted, by["passive"].gold) == (3, 2)
+    assert (by["own_tag"].records, by["own_tag"].f1) == (1, 1.0)
+    assert score_by_pattern([[], []], [set(), set()], [set(), set()]) == {}
+
+
+def _report() -> Report:
+    pred = [{("张三", "出生地", "北京")}, {("x", "首都", "y")}]
+    gold = [{("张三", "出生地", "北京"), ("张三", "民族", "汉族")}, set()]
+    overall = score(pred, gold)
+    return Report(
+        overall.true_positives,
+        overall.predicted,
+        overall.gold,
+        overall.records,
+        by_label=score_by_label(pred, gold, lambda t: t[1]),
+        by_pattern=score_by_pattern([["apposition"], ["no_fact"]], pred, gold),
+    )
+
+
+def test_evaluate_report_json_keeps_the_overall_fields_and_adds_the_breakdowns() -> None:
+    doc = _report().to_dict()
+    assert (doc["records"], doc["gold"], doc["predicted"], doc["correct"]) == (2, 2, 2, 1)
+    assert set(doc["by_predicate"]) == {"出生地", "民族", "首都"}
+    assert doc["by_predicate"]["民族"]["recall"] == 0.0
+    assert doc["by_pattern"]["no_fact"] == {
+        "records": 1, "gold": 0, "predicted": 1, "correct": 0,
+        "precision": 0.0, "recall": 0.0, "f1": 0.0,
+    }  # fmt: skip
+    plain = Report(1, 1, 1, 1, by_label={}).to_dict()
+    assert "by_pattern" not in plain and plain["by_predicate"] == {}
+
+
+def test_evaluate_report_text_is_aligned_tables_with_chinese_labels() -> None:
+    text = _report().to_text("set on model")
+    lines = text.splitlines()
+    assert lines[0] == "set on model"
+    rows = [line for line in lines[1:] if line]
+    width = {sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in r) for r in rows}
+    assert len(width) == 1  # every row as wide as its header, Chinese characters counted double
+    assert [r.split()[0] for r in rows if r.split()[0] in {"predicate", "pattern"}] == [
+        "predicate",
+        "pattern",
+    ]
+    assert any(r.startswith("民族") and r.split()[1:4] == ["1", "1", "0"] for r in rows)
+    assert any(r.startswith("all") and r.split()[-1] == "0.500" for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "line 2: not JSON (Expecting value, column 1)"),
+        ('["a list"]', "line 2: not a JSON object"),
+        ('{"triples": []}', "line 2: no 'text' string"),
+        ('{"text": "x", "triples": [["a", "b"]]}', "line 2: 'triples' is not a list of [string"),
+        ('{"text": "x", "entities": [["a", 1]]}', "line 2: 'entities' is not a list of [string"),
+        ('{"text": "x", "patterns": "passive"}', "line 2: 'patterns' is not a list"),
+        ('{"text": "x", "patterns": ["passive", ""]}', "line 2: 'patterns' is not a list"),
+    ],
+)
+def test_evaluate_read_records_names_the_bad_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"text": "张三出生于北京。", "triples": []}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(message)):
+        read_records(path)
+
+
+def test_evaluate_read_records_skips_blank_lines_and_keeps_other_fields(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text('\n{"text": "a", "spo_list": [], "patterns": ["chat"]}\n\n', encoding="utf-8")
+    assert read_records(path) == [{"text": "a", "spo_list": [], "patterns": ["chat"]}]
+
+
+def test_evaluate_doctests() -> None:
+    assert doctest.testmod(evaluate_module).failed == 0
