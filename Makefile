@@ -72,6 +72,7 @@ demo-model: venv  ## rebuild models/demo exactly as committed (about 25 min on 2
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
+	$(BIN)/spo evaluate tests/training/data/everyday_unseen.jsonl --model models/demo --format text
 
 ner-model: venv  ## rebuild models/ner (entities) exactly as committed (about 30 min on 2 busy CPU cores)
 	$(BIN)/spo make-corpus data/train.jsonl --n 48000 --seed 1
