@@ -9,9 +9,12 @@ gunicorn runs as ``python -m app.master``: its own master with the model-aware s
 ``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
 a private unix socket and supervises both.
 
-``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream. It never
-renders ``user root;``: started as root, nginx's workers run as ``nginx_worker_user()`` (``nobody``), so
-the prefix directory must be reachable by that user; as any other user no ``user`` line is needed.
+``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream: with
+``SPO_TLS_CERT`` / ``SPO_TLS_KEY`` it listens with TLS (and HTTP/2 as ``nginx_http2`` finds this nginx
+able to). It never renders ``user root;``: started as root, nginx's workers run as
+``nginx_worker_user()`` (``nobody``), so the prefix directory must be reachable by that user; as any
+other user no ``user`` line is needed. Settings only nginx applies (``SPO_RATE_LIMIT``, TLS) are
+refused without ``--nginx`` (``nginx_only_problems``), never silently ignored.
 """
 
 from __future__ import annotations
@@ -228,7 +231,8 @@ def _settings(env: Mapping[str, str]) -> Settings:
     "nginx_listen",
     metavar="HOST:PORT",
     help="Run nginx (Debian's) listening here in front of gunicorn on a private unix socket, and "
-    "supervise both (--bind is then not used).",
+    "supervise both (--bind is then not used). HTTPS with SPO_TLS_CERT and SPO_TLS_KEY; "
+    "SPO_RATE_LIMIT and TLS need it.",
 )
 @click.option(
     "--check-config",

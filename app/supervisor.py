@@ -10,7 +10,10 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
   is killed. The run directory is removed: no socket, pid file or temp file stays behind.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.master``); ``spo reload`` does
-  the same through the pid file.
+  the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again. nginx is not
+  reloaded: a new TLS certificate needs a restart.
+- A worker killed under a request: nginx sends that request once more, to another worker
+  (``deploy/nginx.conf``, ``proxy_next_upstream``); gunicorn's master starts a new worker.
 - If either process exits on its own, the other is stopped and the supervisor exits non-zero.
 
 nginx's errors go to this process's stderr (and its own error log in the run directory); gunicorn's

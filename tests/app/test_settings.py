@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,18 @@ def test_settings_tls_needs_both_files(model_dir: Path, tmp_path: Path) -> None:
         Settings.from_env(env(model_dir, tls_key=str(key)))
     with pytest.raises(SettingsError, match="SPO_TLS_KEY: not a file"):
         Settings.from_env(env(model_dir, tls_cert=str(cert), tls_key=str(tmp_path / "nope")))
+
+
+@pytest.mark.parametrize("doc", ["rest.md", "security.md"])
+def test_settings_docs_name_real_settings_only(doc: str) -> None:
+    text = (Path(__file__).parents[2] / "docs" / doc).read_text(encoding="utf-8")
+    text = re.sub(r"there is no `SPO_\w+`", "", text)  # a setting the docs say does not exist
+    named = set(re.findall(r"\bSPO_([A-Z][A-Z0-9_]*[A-Z0-9])\b", text))
+    assert named, doc
+    assert {n.lower() for n in named} <= set(FIELDS), sorted(
+        n for n in named if n.lower() not in FIELDS
+    )
+    if doc == "rest.md":  # the settings table documents every one
+        assert set(FIELDS) <= {n.lower() for n in named}, sorted(
+            set(FIELDS) - {n.lower() for n in named}
+        )
