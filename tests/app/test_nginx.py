@@ -366,7 +366,7 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
     retried = len(re.findall(r"\[error\].* from upstream, .*\"POST /v1/extract ", output))
     print(
         f"answered {dict(outcomes)}, {before_kills} before the first kill, {after_kills} by the time "
-        f"both replacements were ready; {retried} request(s) held by a killed worker, retried"
+        f"both replacements were ready; nginx saw {retried} request(s) die with their worker"
     )
     assert not failures, f"{len(failures)} failed: {failures[:5]}\n{output[-3000:]}"
     # With 4 clients on 2 workers a worker is all but never idle: a kill takes requests with it.
