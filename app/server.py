@@ -211,6 +211,24 @@ def nginx_only_problems(settings: Settings) -> list[str]:
     return out
 
 
+def secret_warnings(settings: Settings) -> list[str]:
+    """Secret files (the tokens file, the TLS key) that every user of the machine may read."""
+    out = []
+    for var, path in (
+        ("SPO_AUTH_TOKENS_FILE", settings.auth_tokens_file),
+        ("SPO_TLS_KEY", settings.tls_key),
+    ):
+        if path is None:
+            continue
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o004:
+            out.append(
+                f"{var} {path} is readable by every user (mode {mode:04o}): make it 0400 or 0440 "
+                "(a Kubernetes Secret volume: defaultMode)"
+            )
+    return out
+
+
 def _settings(env: Mapping[str, str]) -> Settings:
     try:
         return Settings.from_env(env)
@@ -283,7 +301,7 @@ def serve(
         for line in sizing.lines():
             click.echo(f"  {line}")
     else:
-        for warning in sizing.warnings:
+        for warning in [*sizing.warnings, *secret_warnings(settings)]:
             click.echo(f"spo serve: WARNING: {warning}", err=True)
     if nginx_listen is not None and not check_config:
         from app.supervisor import serve_behind_nginx

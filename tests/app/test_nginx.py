@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from flask import Flask
 
 from app.cli import main
-from app.server import default_pid_file, nginx_http2, render_nginx_conf
+from app.server import default_pid_file, nginx_http2, render_nginx_conf, secret_warnings
 from app.settings import DEFAULT_MODEL_DIR, Settings
 from app.supervisor import find_nginx
 from tests.app.test_live import (
@@ -372,3 +372,15 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
     # With 4 clients on 2 workers a worker is all but never idle: a kill takes requests with it.
     assert retried >= 1, "no kill landed on a request: the retry was not exercised"
     assert outcomes["200"] > after_kills > before_kills > 0
+
+
+def test_nginx_secret_files_readable_by_all_are_warned_about(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN_A}\n")
+    env = {"SPO_MODEL_DIR": str(DEFAULT_MODEL_DIR), "SPO_AUTH_TOKENS_FILE": str(tokens)}
+    tokens.chmod(0o644)
+    warned = secret_warnings(Settings.from_env(env))
+    assert len(warned) == 1 and "SPO_AUTH_TOKENS_FILE" in warned[0] and "0644" in warned[0]
+    assert TOKEN_A not in warned[0]
+    tokens.chmod(0o440)
+    assert secret_warnings(Settings.from_env(env)) == []
