@@ -10,17 +10,22 @@ on ``SPO_PAGES``:
   token, ``SPO_METRICS_TOKEN``); an unknown path without a token is a 401, not a 404;
 - ``off``: as ``open``, and the pages are not served at all (``app.web``).
 
-Tokens are compared in constant time (``hmac.compare_digest``) and never logged.
+Tokens are compared in constant time (``hmac.compare_digest``) and never logged. A worker that found
+the tokens file unreadable (it changed after ``spo serve`` checked it) stays up and fails closed: every
+request that needs a token gets 503 ``service_unavailable`` until a reload.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 
 from flask import Flask, current_app, request
 
 from app.errors import ApiError
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 # Paths that never need an API token: the orchestrator's probes, and /metrics (its own token).
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -53,6 +58,12 @@ def _authenticate() -> None:
     settings: Settings = current_app.extensions["spo.settings"]
     if not guarded(request.path, settings):
         return
+    if not settings.api_tokens:  # SPO_AUTH_TOKENS_FILE unreadable when this worker started
+        raise ApiError(
+            "service_unavailable",
+            "This worker cannot check tokens now (its tokens file could not be read); retry later.",
+            headers={"Retry-After": "5"},
+        )
     if not authorized(request.headers.get("Authorization", ""), settings.api_tokens):
         raise ApiError(
             "unauthorized",
@@ -62,6 +73,13 @@ def _authenticate() -> None:
 
 
 def init_app(app: Flask) -> None:
+    settings: Settings = app.extensions["spo.settings"]
+    if settings.auth_tokens_problem:
+        logger.error(
+            "SPO_AUTH_TOKENS_FILE: %s: every request that needs a token is refused (503) until the "
+            "file is fixed and the service reloaded (spo reload)",
+            settings.auth_tokens_problem,
+        )
     # After the request id and the metrics timer (app.logging, app.metrics, registered before): a
     # refused request is logged and counted like any other.
     app.before_request(_authenticate)

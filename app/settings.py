@@ -120,7 +120,9 @@ class Settings:
     metrics_token: str | None = None
     cors_origins: tuple[str, ...] = ()
     # Not a setting: False skips the check that the model directory exists (a worker's: a missing model
-    # is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before starting).
+    # is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before starting),
+    # and that SPO_AUTH_TOKENS_FILE can be read (a worker that cannot read it stays up and refuses
+    # every request that needs a token, app.auth; ``spo serve`` and a reload check it first).
     require_model: InitVar[bool] = True
 
     def __post_init__(self, require_model: bool) -> None:
@@ -215,7 +217,14 @@ class Settings:
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_tokens)
+        """Whether the API needs a token: also when the tokens file could not be read (fail closed)."""
+        return bool(self.auth_tokens) or self.auth_tokens_file is not None
+
+    @property
+    def auth_tokens_problem(self) -> str | None:
+        """Why ``SPO_AUTH_TOKENS_FILE`` gave no tokens when these settings were made (None: it did)."""
+        problem: str | None = getattr(self, "_file_problem", None)
+        return problem
 
     @property
     def tls(self) -> bool:
@@ -289,8 +298,8 @@ class Settings:
                 bad("auth_tokens", f"token #{i + 1} must be 16+ characters of [A-Za-z0-9._~+/=-]")
         if self.auth_tokens and self.auth_tokens_file is not None:
             bad("auth_tokens_file", "set SPO_AUTH_TOKENS or SPO_AUTH_TOKENS_FILE, not both")
-        elif file_problem := getattr(self, "_file_problem", None):
-            bad("auth_tokens_file", file_problem)
+        elif require_model and self.auth_tokens_problem:
+            bad("auth_tokens_file", self.auth_tokens_problem)
         one_of("pages", PAGES)
         if self.pages == "auth" and not self.auth_enabled:
             bad("pages", "auth needs API tokens (SPO_AUTH_TOKENS or SPO_AUTH_TOKENS_FILE)")

@@ -7,11 +7,13 @@ import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from app import create_app
 from app.settings import Settings, SettingsError
 
 ORIGIN = "https://tools.example.org"
@@ -169,3 +171,22 @@ def test_web_pages_auth_file_tokens(make_fake_app: Callable[..., Flask], tmp_pat
     assert client.get("/", headers=GOOD).status_code == 200
     answer = client.post("/v1/extract", json={"text": "北京"}, headers=GOOD)
     assert answer.status_code == 200
+
+
+def test_web_worker_without_its_tokens_file_fails_closed(
+    settings: Settings, fake_extractor: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that finds the tokens file gone (after ``spo serve`` checked it) stays up, and refuses
+    what needs a token with 503: never open, never a crashed worker (which would halt gunicorn)."""
+    missing = tmp_path / "tokens"
+    with pytest.raises(SettingsError, match="SPO_AUTH_TOKENS_FILE: cannot read"):
+        Settings(model_dir=settings.model_dir, auth_tokens_file=missing)  # spo serve refuses it
+    worker = Settings(model_dir=settings.model_dir, auth_tokens_file=missing, require_model=False)
+    assert worker.auth_enabled and worker.api_tokens == ()
+    client = create_app(worker, loader=lambda s: fake_extractor).test_client()
+    assert "every request that needs a token is refused" in caplog.text
+    for headers in ({}, GOOD):
+        answer = client.post("/v1/extract", json={"text": "北京"}, headers=headers)
+        assert answer.status_code == 503 and answer.get_json()["code"] == "service_unavailable"
+        assert answer.headers["Retry-After"] == "5"
+    assert client.get("/healthz").status_code == 200
