@@ -9,9 +9,12 @@ gunicorn runs as ``python -m app.master``: its own master with the model-aware s
 ``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
 a private unix socket and supervises both.
 
-``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream. It never
-renders ``user root;``: started as root, nginx's workers run as ``nginx_worker_user()`` (``nobody``), so
-the prefix directory must be reachable by that user; as any other user no ``user`` line is needed.
+``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream: with
+``SPO_TLS_CERT`` / ``SPO_TLS_KEY`` it listens with TLS (and HTTP/2 as ``nginx_http2`` finds this nginx
+able to). It never renders ``user root;``: started as root, nginx's workers run as
+``nginx_worker_user()`` (``nobody``), so the prefix directory must be reachable by that user; as any
+other user no ``user`` line is needed. Settings only nginx applies (``SPO_RATE_LIMIT``, TLS) are
+refused without ``--nginx`` (``nginx_only_problems``), never silently ignored.
 """
 
 from __future__ import annotations
@@ -96,6 +99,51 @@ def nginx_worker_user(name: str = NGINX_WORKER_USER) -> str:
     return f"user {entry.pw_name} {grp.getgrgid(entry.pw_gid).gr_name};"
 
 
+# How an nginx turns HTTP/2 on: ``http2 on;`` from 1.25.1, ``listen ... http2`` before; None: it cannot.
+HTTP2_SYNTAXES = ("directive", "listen")
+# Paths nginx reads from its configuration: no quote, backslash, ``$`` (a variable), ``;`` or space.
+_NGINX_PATH = re.compile(r"^[A-Za-z0-9._/+@=,:-]+$")
+
+
+def nginx_http2(version_output: str) -> str | None:
+    """How the nginx whose ``nginx -V`` printed ``version_output`` turns HTTP/2 on (``HTTP2_SYNTAXES``).
+
+    >>> nginx_http2("nginx version: nginx/1.22.1 ... --with-http_ssl_module --with-http_v2_module")
+    'listen'
+    >>> nginx_http2("nginx version: nginx/1.26.0 ... --with-http_v2_module")
+    'directive'
+    >>> nginx_http2("nginx version: nginx/1.26.0 ... --with-http_ssl_module") is None
+    True
+    """
+    match = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", version_output)
+    if match is None or "--with-http_v2_module" not in version_output:
+        return None
+    return "directive" if tuple(map(int, match.groups())) >= (1, 25, 1) else "listen"
+
+
+def _tls_block(settings: Settings, http2: str | None) -> tuple[str, str]:
+    """The ``listen`` parameters and the server block's TLS lines (both empty without TLS)."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return "", ""
+    for name, path in (("SPO_TLS_CERT", settings.tls_cert), ("SPO_TLS_KEY", settings.tls_key)):
+        if not _NGINX_PATH.match(str(path)):
+            raise ValueError(
+                f"{name}: nginx cannot be given {str(path)!r}: use a path of letters, digits and "
+                "._/+@=,:- only"
+            )
+    lines = [
+        f"        ssl_certificate {settings.tls_cert};",
+        f"        ssl_certificate_key {settings.tls_key};",
+        "        ssl_protocols TLSv1.2 TLSv1.3;",
+        "        ssl_prefer_server_ciphers off;",
+        "        ssl_session_timeout 1h;",
+        "        ssl_session_tickets off;",
+    ]
+    if http2 == "directive":
+        lines.append("        http2 on;")
+    return (" ssl http2" if http2 == "listen" else " ssl"), "\n".join(lines)
+
+
 def render_nginx_conf(
     settings: Settings,
     *,
@@ -103,13 +151,23 @@ def render_nginx_conf(
     upstream: str,
     prefix: Path,
     template: Path = NGINX_TEMPLATE,
+    http2: str | None = None,
 ) -> str:
     """``deploy/nginx.conf`` for ``listen`` (HOST:PORT) in front of ``upstream`` (gunicorn's bind).
 
-    ``prefix`` holds the pid file, logs and temp files, so nginx runs without root.
+    ``prefix`` holds the pid file, logs and temp files, so nginx runs without root. With
+    ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` it listens with TLS, and HTTP/2 as ``http2`` says
+    (``nginx_http2``; None: HTTP/1.1 only). ``ValueError`` for a path nginx cannot be given.
     """
+    listen_params, tls = _tls_block(settings, http2)
+    retry_ms = (
+        settings.request_timeout * 1000 if settings.request_timeout else settings.timeout * 500
+    )
     values = {
         "LISTEN": listen,
+        "LISTEN_PARAMS": listen_params,
+        "TLS": tls,
+        "RETRY_TIMEOUT": f"{max(1, round(retry_ms))}ms",
         "UPSTREAM": upstream,
         "PREFIX": str(prefix),
         "MAX_BODY_BYTES": str(settings.max_body_bytes),
@@ -136,6 +194,41 @@ def render_nginx_conf(
     return text
 
 
+def nginx_only_problems(settings: Settings) -> list[str]:
+    """Settings only nginx applies, each named with ``--nginx``: refused when serving without it
+    (ignoring them would leave a rate limit or TLS that an operator believes is there)."""
+    out = []
+    if settings.rate_limit:
+        out.append(
+            f"SPO_RATE_LIMIT={settings.rate_limit} is applied by nginx, which only "
+            "`spo serve --nginx HOST:PORT` runs: add --nginx, or unset SPO_RATE_LIMIT"
+        )
+    if settings.tls:
+        out.append(
+            "SPO_TLS_CERT / SPO_TLS_KEY: TLS is terminated by nginx, which only "
+            "`spo serve --nginx HOST:PORT` runs: add --nginx, or unset SPO_TLS_CERT and SPO_TLS_KEY"
+        )
+    return out
+
+
+def secret_warnings(settings: Settings) -> list[str]:
+    """Secret files (the tokens file, the TLS key) that every user of the machine may read."""
+    out = []
+    for var, path in (
+        ("SPO_AUTH_TOKENS_FILE", settings.auth_tokens_file),
+        ("SPO_TLS_KEY", settings.tls_key),
+    ):
+        if path is None:
+            continue
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o004:
+            out.append(
+                f"{var} {path} is readable by every user (mode {mode:04o}): make it 0400 or 0440 "
+                "(a Kubernetes Secret volume: defaultMode)"
+            )
+    return out
+
+
 def _settings(env: Mapping[str, str]) -> Settings:
     try:
         return Settings.from_env(env)
@@ -156,7 +249,8 @@ def _settings(env: Mapping[str, str]) -> Settings:
     "nginx_listen",
     metavar="HOST:PORT",
     help="Run nginx (Debian's) listening here in front of gunicorn on a private unix socket, and "
-    "supervise both (--bind is then not used).",
+    "supervise both (--bind is then not used). HTTPS with SPO_TLS_CERT and SPO_TLS_KEY; "
+    "SPO_RATE_LIMIT and TLS need it.",
 )
 @click.option(
     "--check-config",
@@ -184,6 +278,11 @@ def serve(
         raise click.BadParameter(
             f"expected HOST:PORT or PORT, got {nginx_listen!r}", param_hint="--nginx"
         )
+    unapplied = nginx_only_problems(settings) if nginx_listen is None else []
+    if unapplied:
+        raise click.UsageError(
+            "settings that cannot take effect:\n" + "\n".join(f"  {p}" for p in unapplied)
+        )
     # The model is checked here, without TensorFlow, so a bad one fails at once with its reason
     # (what only TensorFlow can find fails the first worker, which halts the server: app.master).
     checked = []
@@ -202,7 +301,7 @@ def serve(
         for line in sizing.lines():
             click.echo(f"  {line}")
     else:
-        for warning in sizing.warnings:
+        for warning in [*sizing.warnings, *secret_warnings(settings)]:
             click.echo(f"spo serve: WARNING: {warning}", err=True)
     if nginx_listen is not None and not check_config:
         from app.supervisor import serve_behind_nginx

@@ -10,7 +10,10 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
   is killed. The run directory is removed: no socket, pid file or temp file stays behind.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.master``); ``spo reload`` does
-  the same through the pid file.
+  the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again. nginx is not
+  reloaded: a new TLS certificate needs a restart.
+- A worker killed under a request: nginx sends that request once more, to another worker
+  (``deploy/nginx.conf``, ``proxy_next_upstream``); gunicorn's master starts a new worker.
 - If either process exits on its own, the other is stopped and the supervisor exits non-zero.
 
 nginx's errors go to this process's stderr (and its own error log in the run directory); gunicorn's
@@ -147,7 +150,7 @@ def serve_behind_nginx(
     environ: Mapping[str, str],
 ) -> int:
     """``spo serve --nginx``: render the config, start and supervise both; the exit code."""
-    from app.server import gunicorn_command, render_nginx_conf
+    from app.server import gunicorn_command, nginx_http2, render_nginx_conf
 
     nginx = find_nginx()
     if nginx is None:
@@ -159,12 +162,20 @@ def serve_behind_nginx(
         prefix = run_dir / "nginx"
         prefix.mkdir()
         conf = prefix / "nginx.conf"
-        conf.write_text(
-            render_nginx_conf(
-                settings, listen=listen, upstream=f"unix:{socket_path}", prefix=prefix
-            ),
-            encoding="utf-8",
-        )
+        # HTTP/2 with TLS where this nginx has it (Debian's 1.22: `listen ... ssl http2`).
+        version = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False)
+        http2 = nginx_http2(version.stderr) if settings.tls else None
+        try:
+            text = render_nginx_conf(
+                settings,
+                listen=listen,
+                upstream=f"unix:{socket_path}",
+                prefix=prefix,
+                http2=http2,
+            )
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        conf.write_text(text, encoding="utf-8")
         nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf), "-g", "error_log stderr warn;"]
         check = subprocess.run(
             [*nginx_argv, "-t", "-q"], capture_output=True, text=True, check=False
@@ -181,8 +192,10 @@ def serve_behind_nginx(
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    scheme = f"https{' (HTTP/2)' if http2 else ''}" if settings.tls else "http"
     _say(
-        f"nginx on {listen} -> gunicorn on unix:{socket_path}, {settings.workers} worker(s), "
+        f"nginx ({scheme}) on {listen} -> gunicorn on unix:{socket_path}, "
+        f"{settings.workers} worker(s), "
         f"model {settings.model_dir}; pid file {pid_file}"
     )
     sys.stderr.flush()

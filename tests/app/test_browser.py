@@ -60,6 +60,7 @@ def browser(base_url: str) -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1000,1100", "--lang=zh-CN"):  # fmt: skip
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations are logged
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:
@@ -154,3 +155,8 @@ def test_browser_docs_show_the_extract_endpoint(browser: Any, base_url: str) -> 
         ".map(e => e.src || e.href);"
     )
     assert sources and all(s.startswith(base_url) for s in sources), sources
+    # Nothing was blocked by the docs' Content-Security-Policy (its inline script allowed by hash).
+    blocked = [
+        e["message"] for e in browser.get_log("browser") if "Content Security" in e["message"]
+    ]
+    assert not blocked, blocked

@@ -178,7 +178,7 @@ def test_server_nginx_conf_carries_the_limits(model_dir: Path, tmp_path: Path) -
     )
     assert "client_max_body_size 12345;" in text
     assert "proxy_read_timeout 110s;" in text
-    assert "server 127.0.0.1:82 fail_timeout=0;" in text
+    assert text.count("server 127.0.0.1:82 max_fails=0;") == 2  # a retry needs a second entry
     assert "listen 127.0.0.1:81;" in text
     assert "{{" not in text
 
