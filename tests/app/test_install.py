@@ -187,3 +187,28 @@ def test_install_wheel_spo_serve_answers_the_readme_example(
             process.kill()
             process.wait()
     assert process.returncode == 0, log.read_text()[-3000:]
+
+
+BLOCK_BERT4KERAS = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "bert4keras":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+import nlp.tokenization
+"""
+
+
+def test_install_without_bert4keras_the_error_gives_the_readme_command(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_BERT4KERAS], capture_output=True, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.decode().strip().splitlines()[-1]
+    command = "pip install --no-deps bert4keras==0.11.5"
+    assert last == f"ModuleNotFoundError: bert4keras is not installed; install it with: {command}"
+    assert command in README
