@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from flask import Flask
 
-from app import api, batch, errors, metrics, web
+from app import api, auth, batch, errors, metrics, web
 from app import logging as app_logging
 from app.model_slot import Loader
 from app.registry import ModelRegistry
@@ -39,7 +39,8 @@ def create_app(
     if settings is None:
         # In a gunicorn worker: a model directory gone since the start is a load failure to survive.
         settings = Settings.from_env(require_model=False)
-    app = Flask(__name__)
+    # SPO_PAGES=off: no demo page, so none of its assets either (app.web).
+    app = Flask(__name__, static_folder=None if settings.pages == "off" else "static")
     # One byte over the limit, so that a chunked body over it can be told from one at it (app.api).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
@@ -55,6 +56,7 @@ def create_app(
     app_logging.init_app(app)
     errors.init_app(app)
     metrics.init_app(app)
+    auth.init_app(app)
     app.register_blueprint(api.bp)
     web.init_app(app)
     batch.init_app(app)

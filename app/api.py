@@ -13,14 +13,13 @@ check the batch command and the library make (type, length, NUL, lone surrogates
 
 from __future__ import annotations
 
-import hmac
 import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import NotFound, RequestEntityTooLarge
 
 from app.errors import ApiError
 from app.microbatch import BatcherClosed, MicroBatcher
@@ -91,24 +90,6 @@ def _model_brief(model: ServedModel) -> dict[str, str]:
         raise _not_ready(model)
     summary = extractor.manifest.summary()
     return {"name": summary["name"], "version": summary["version"], "task": summary["task"]}
-
-
-@bp.before_request
-def _authenticate() -> None:
-    tokens = settings().auth_tokens
-    if not tokens or not request.path.startswith("/v1/"):
-        return
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    given = given.strip()
-    ok = scheme.lower() == "bearer" and any(
-        hmac.compare_digest(given.encode(), t.encode()) for t in tokens
-    )
-    if not ok:
-        raise ApiError(
-            "unauthorized",
-            "A valid bearer token is required (Authorization: Bearer <token>).",
-            headers={"WWW-Authenticate": 'Bearer realm="spo"'},
-        )
 
 
 # -- request document ----------------------------------------------------------------------------
@@ -283,4 +264,6 @@ def readyz() -> Response:
 
 @bp.get("/openapi.json")
 def openapi() -> Response:
+    if settings().pages == "off":
+        raise NotFound()  # as any unknown path (SPO_PAGES=off)
     return jsonify(build_spec(settings()))

@@ -47,6 +47,7 @@ PREFIX = "SPO_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOAD_MODES = ("boot", "background")
+PAGES = ("open", "auth", "off")
 _BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
 _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
 _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
@@ -94,6 +95,10 @@ class Settings:
     rate_limit: str = ""
     rate_burst: int = 20
     auth_tokens: tuple[str, ...] = ()
+    auth_tokens_file: Path | None = None
+    pages: str = "open"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     bind: str = "127.0.0.1:8000"
     workers: int = 0  # 0: from the CPU quota, affinity mask and memory limit (``sizing()``)
     threads: int = 4
@@ -122,6 +127,14 @@ class Settings:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
         object.__setattr__(self, "models", tuple((n, Path(d)) for n, d in self.models))
         object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
+        for name in ("auth_tokens_file", "tls_cert", "tls_key"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        # The file's tokens are read here, once per Settings: each worker reads the file when it
+        # starts, so a reload (SIGHUP: new workers) serves what the file says then.
+        tokens, problem = read_tokens_file(self.auth_tokens_file)
+        object.__setattr__(self, "_file_tokens", tokens)
+        object.__setattr__(self, "_file_problem", problem)
         object.__setattr__(self, "_auto_workers", self.workers == 0)
         if self.workers == 0:
             object.__setattr__(self, "workers", self.sizing().workers)
@@ -194,8 +207,19 @@ class Settings:
         )
 
     @property
+    def api_tokens(self) -> tuple[str, ...]:
+        """The bearer tokens the API accepts: ``SPO_AUTH_TOKENS``, or those of ``SPO_AUTH_TOKENS_FILE``
+        as read when these settings were made."""
+        file_tokens: tuple[str, ...] = getattr(self, "_file_tokens", ())
+        return self.auth_tokens or file_tokens
+
+    @property
     def auth_enabled(self) -> bool:
-        return bool(self.auth_tokens)
+        return bool(self.api_tokens)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @property
     def use_jemalloc(self) -> bool:
@@ -263,6 +287,22 @@ class Settings:
         for i, token in enumerate(self.auth_tokens):
             if not _TOKEN.match(token):
                 bad("auth_tokens", f"token #{i + 1} must be 16+ characters of [A-Za-z0-9._~+/=-]")
+        if self.auth_tokens and self.auth_tokens_file is not None:
+            bad("auth_tokens_file", "set SPO_AUTH_TOKENS or SPO_AUTH_TOKENS_FILE, not both")
+        elif file_problem := getattr(self, "_file_problem", None):
+            bad("auth_tokens_file", file_problem)
+        one_of("pages", PAGES)
+        if self.pages == "auth" and not self.auth_enabled:
+            bad("pages", "auth needs API tokens (SPO_AUTH_TOKENS or SPO_AUTH_TOKENS_FILE)")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            bad(
+                "tls_cert" if self.tls_cert is None else "tls_key",
+                "TLS needs both SPO_TLS_CERT and SPO_TLS_KEY",
+            )
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                bad(name, f"not a file: {path}")
         if not _BIND.match(self.bind):
             bad("bind", f"expected HOST:PORT or unix:PATH, got {self.bind!r}")
         in_range("workers", 1, 256)
@@ -342,6 +382,37 @@ def _model_dir_problem(directory: Path) -> str | None:
     if not (directory / "model.json").is_file():
         return f"no model.json in {directory}"
     return None
+
+
+def read_tokens_file(path: Path | None) -> tuple[tuple[str, ...], str | None]:
+    """The bearer tokens of ``path``, one a line (blank lines and ``#`` comments ignored), and what is
+    wrong with the file (``None`` when nothing is). A bad token is named by its line, never shown.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+    ...     _ = f.write("# rotated 2026-12-01\\nnew-token-0123456789\\n\\nold-token-0123456789\\n")
+    ...     f.flush()
+    ...     read_tokens_file(Path(f.name))
+    (('new-token-0123456789', 'old-token-0123456789'), None)
+    """
+    if path is None:
+        return (), None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return (), f"cannot read {path}: {reason}"
+    tokens = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not _TOKEN.match(line):
+            return (), f"{path} line {number}: a token must be 16+ characters of [A-Za-z0-9._~+/=-]"
+        tokens.append(line)
+    if not tokens:
+        return (), f"no token in {path} (one a line; blank lines and # comments are ignored)"
+    return tuple(tokens), None
 
 
 def _models(raw: str) -> tuple[tuple[str, Path], ...]:
@@ -434,6 +505,12 @@ def _path(raw: str) -> Path:
     return Path(raw).expanduser().resolve()
 
 
+def _file(raw: str) -> Path:
+    """An absolute path, symlinks kept: a mounted secret (Kubernetes swaps a symlink to update it) is
+    found again through the same name each time it is read."""
+    return Path(raw).expanduser().absolute()
+
+
 def _tokens(raw: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in raw.split(",") if t.strip())
 
@@ -482,6 +559,21 @@ FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "rate_limit": (_lower, "nginx per-client rate limit on /v1/, e.g. 10r/s (empty: none)"),
     "rate_burst": (_int, "nginx: requests a client may go over the rate before 429"),
     "auth_tokens": (_tokens, "comma-separated bearer tokens for /v1/*; empty: no authentication"),
+    "auth_tokens_file": (
+        _file,
+        "file of bearer tokens for /v1/*, one a line (blank lines and # comments ignored); read by "
+        "each worker at start, so again on a reload (SIGHUP); instead of SPO_AUTH_TOKENS",
+    ),
+    "pages": (
+        _lower,
+        "the demo page /, the API docs /docs and /openapi.json: open (default), auth (the API "
+        "tokens guard them, and every path but /healthz, /readyz and /metrics) or off (404)",
+    ),
+    "tls_cert": (
+        _file,
+        "with spo serve --nginx: PEM certificate (chain) nginx serves HTTPS with; needs SPO_TLS_KEY",
+    ),
+    "tls_key": (_file, "with spo serve --nginx: PEM private key of SPO_TLS_CERT"),
     "bind": (_str, "gunicorn bind address, HOST:PORT or unix:PATH"),
     "workers": (
         _workers,

@@ -1,5 +1,11 @@
 """What a browser sees: the demo page at ``/``, interactive API docs at ``/docs``, and CORS.
 
+``SPO_PAGES`` decides whether they are served: ``open`` (the default), ``auth`` (behind the API tokens,
+``app.auth``) or ``off`` (not at all: the page, its assets, ``/docs`` and ``/openapi.json`` are 404s).
+Every response under them carries ``X-Content-Type-Options: nosniff`` and a Content-Security-Policy
+that allows nothing from elsewhere: the page's is fixed; Swagger UI's allows its one inline script by
+its hash, computed for each answer (the script embeds the request's URL).
+
 Every asset is served by the app itself: the page's HTML, CSS and JavaScript from ``app/static``, Swagger
 UI's files from the ``flask-swagger-ui`` package (no CDN, no web font, no call to a validator service).
 The page calls the API like any client (``POST /v1/extract``, ``GET /readyz``), so what it shows is what
@@ -12,9 +18,12 @@ origin); ``*`` allows any origin, which only makes sense for an open, token-less
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from pathlib import Path
 
-from flask import Blueprint, Flask, Response, current_app
+from flask import Blueprint, Flask, Response, current_app, request
 
 from app.settings import Settings
 
@@ -27,6 +36,29 @@ PAGE_CSP = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
+# Swagger UI: its scripts and styles are served from /docs/; it sets styles inline and its stylesheet
+# has data: images. Its one inline <script> is allowed by its hash (``docs_csp``).
+DOCS_CSP = (
+    "default-src 'none'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; "
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+_INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.DOTALL)
+_BROWSER_PATHS = ("/docs", "/static/")
+
+
+def docs_csp(html: bytes) -> str:
+    """Swagger UI's policy for the page ``html``: its inline scripts allowed by their SHA-256 only.
+
+    >>> docs_csp(b"<script>var a = 1;</script>").split("; ")[1]
+    "script-src 'self' 'sha256-+dZ6udsWxNVoGfScAq7t5IIF5UJb4F6RhjbN6oe1p4w='"
+    """
+    hashes = "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(script).digest()).decode()}'"
+        for script in _INLINE_SCRIPT.findall(html)
+    )
+    return DOCS_CSP.format(hashes=hashes)
+
 
 @bp.get("/")
 def page() -> Response:
@@ -34,8 +66,17 @@ def page() -> Response:
     html = (Path(current_app.static_folder) / "demo.html").read_bytes()
     response = Response(html, mimetype="text/html")
     response.headers["Content-Security-Policy"] = PAGE_CSP
-    response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+def _browser_headers(response: Response) -> Response:
+    """nosniff on the page, its assets and everything under /docs; the docs' HTML gets its policy."""
+    if request.path != "/" and not request.path.startswith(_BROWSER_PATHS):
+        return response
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if request.path.startswith("/docs") and response.mimetype == "text/html":
+        response.headers["Content-Security-Policy"] = docs_csp(response.get_data())
     return response
 
 
@@ -71,6 +112,8 @@ def _init_cors(app: Flask, settings: Settings) -> None:
 
 def init_app(app: Flask) -> None:
     settings: Settings = app.extensions["spo.settings"]
-    app.register_blueprint(bp)
-    _init_docs(app)
+    if settings.pages != "off":
+        app.register_blueprint(bp)
+        _init_docs(app)
+        app.after_request(_browser_headers)
     _init_cors(app, settings)

@@ -170,3 +170,79 @@ def test_settings_microbatch_ranges_and_threads(model_dir: Path) -> None:
         Settings.from_env(env(model_dir, microbatch_wait_ms="-1"))
     # Off, one thread is fine: nothing to combine, nothing waits.
     assert Settings(model_dir=model_dir, threads=1).microbatch_wait_ms == 0
+
+
+# -- secure defaults for an exposed service (issue 21) ---------------------------------------------
+def test_settings_auth_tokens_file_one_token_a_line(model_dir: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(
+        "# rotated 2026-12-01\n\n  first-token-0123456789  \nsecond-token-0123456789\n"
+    )
+    settings = Settings.from_env(env(model_dir, auth_tokens_file=str(tokens)))
+    assert settings.api_tokens == ("first-token-0123456789", "second-token-0123456789")
+    assert settings.auth_enabled and settings.auth_tokens == ()
+    # Read again by each new Settings (each worker's): the file as it is now.
+    tokens.write_text("third-token-0123456789\n")
+    assert settings.replace().api_tokens == ("third-token-0123456789",)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot read"),
+        ("", "no token in"),
+        ("# only a comment\n\n", "no token in"),
+        ("good-token-0123456789\nshort\n", "line 2: a token must be 16+ characters"),
+        (b"\xff\xfe-not-utf8-at-all-0123", "cannot read"),
+    ],
+)
+def test_settings_auth_tokens_file_problems(
+    model_dir: Path, tmp_path: Path, content: str | bytes | None, problem: str
+) -> None:
+    path = tmp_path / "tokens"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(env(model_dir, auth_tokens_file=str(path)))
+    assert info.value.problems == [
+        next(p for p in info.value.problems if p.startswith("SPO_AUTH_TOKENS_FILE: "))
+    ]
+    assert problem in str(info.value)
+    assert "short\n" not in str(info.value)  # a token is never shown
+
+
+def test_settings_auth_tokens_file_excludes_auth_tokens(model_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("file-token-0123456789\n")
+    with pytest.raises(SettingsError, match="SPO_AUTH_TOKENS_FILE: set SPO_AUTH_TOKENS or"):
+        Settings.from_env(
+            env(model_dir, auth_tokens="env-token-0123456789", auth_tokens_file=str(path))
+        )
+
+
+def test_settings_pages(model_dir: Path) -> None:
+    assert Settings.from_env(env(model_dir)).pages == "open"
+    assert Settings.from_env(env(model_dir, pages="OFF")).pages == "off"
+    authed = env(model_dir, pages="auth", auth_tokens="env-token-0123456789")
+    assert Settings.from_env(authed).pages == "auth"
+    with pytest.raises(SettingsError, match="SPO_PAGES: auth needs API tokens"):
+        Settings.from_env(env(model_dir, pages="auth"))
+    with pytest.raises(SettingsError, match="SPO_PAGES: must be one of open, auth, off"):
+        Settings.from_env(env(model_dir, pages="hidden"))
+
+
+def test_settings_tls_needs_both_files(model_dir: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    settings = Settings.from_env(env(model_dir, tls_cert=str(cert), tls_key=str(key)))
+    assert settings.tls and (settings.tls_cert, settings.tls_key) == (cert, key)
+    assert not Settings.from_env(env(model_dir)).tls
+    with pytest.raises(SettingsError, match="SPO_TLS_KEY: TLS needs both"):
+        Settings.from_env(env(model_dir, tls_cert=str(cert)))
+    with pytest.raises(SettingsError, match="SPO_TLS_CERT: TLS needs both"):
+        Settings.from_env(env(model_dir, tls_key=str(key)))
+    with pytest.raises(SettingsError, match="SPO_TLS_KEY: not a file"):
+        Settings.from_env(env(model_dir, tls_cert=str(cert), tls_key=str(tmp_path / "nope")))

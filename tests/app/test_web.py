@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -98,3 +100,72 @@ def test_web_cors_origins_setting_is_checked(triples_model_dir: Path) -> None:
     with pytest.raises(SettingsError) as error:
         Settings.from_env({**env, "SPO_CORS_ORIGINS": "tools.example.org,https://a.b/path"})
     assert [p.split(":")[0] for p in error.value.problems] == ["SPO_CORS_ORIGINS"] * 2
+
+
+# -- SPO_PAGES and the browser-facing headers (issue 21) --------------------------------------------
+TOKEN = "pages-token-0123456789"
+GOOD = {"Authorization": f"Bearer {TOKEN}"}
+PAGES = ("/", "/static/demo.js", "/docs/", "/docs/swagger-ui.css", "/openapi.json")
+
+
+def test_web_docs_have_the_pages_headers(client: FlaskClient) -> None:
+    docs = client.get("/docs/")
+    html = docs.get_data()
+    assert docs.headers["X-Content-Type-Options"] == "nosniff"
+    csp = docs.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    # Its one inline script, by the hash of exactly what was sent; nothing else inline.
+    (script,) = re.findall(rb"<script>(.*?)</script>", html, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(script).digest()).decode()
+    assert f"script-src 'self' 'sha256-{digest}'" in csp
+    assert "unsafe-inline" not in csp.split("script-src", 1)[1].split(";", 1)[0]
+    for path in ("/docs", "/docs/swagger-ui-bundle.js", "/", "/static/demo.css"):
+        with client.get(path) as answer:
+            assert answer.headers["X-Content-Type-Options"] == "nosniff", path
+    assert "default-src 'none'" in client.get("/").headers["Content-Security-Policy"]
+
+
+def test_web_pages_open_by_default_even_with_tokens(make_fake_app: Callable[..., Flask]) -> None:
+    client = make_fake_app(auth_tokens=(TOKEN,)).test_client()
+    for path in PAGES:
+        with client.get(path) as answer:
+            assert answer.status_code == 200, path
+    assert client.get("/v1/model").status_code == 401
+
+
+def test_web_pages_auth_puts_every_path_behind_the_tokens(
+    make_fake_app: Callable[..., Flask],
+) -> None:
+    client = make_fake_app(auth_tokens=(TOKEN,), pages="auth").test_client()
+    for path in (*PAGES, "/docs", "/no-such-path"):
+        with client.get(path) as answer:
+            assert answer.status_code == 401, path
+            assert answer.mimetype == "application/problem+json"
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+        with client.get(path, headers=GOOD) as answer:
+            assert answer.status_code in (200, 308, 404), path
+    for path in PAGES:
+        with client.get(path, headers=GOOD) as answer:
+            assert answer.status_code == 200, path
+    for path in ("/healthz", "/readyz", "/metrics"):  # probes, and /metrics has its own token
+        assert client.get(path).status_code == 200, path
+
+
+def test_web_pages_off_serves_none_of_them(make_fake_app: Callable[..., Flask]) -> None:
+    client = make_fake_app(pages="off").test_client()
+    for path in (*PAGES, "/docs", "/static/favicon.svg"):
+        with client.get(path) as answer:
+            assert answer.status_code == 404, path
+            assert answer.get_json()["code"] == "not_found"
+    assert client.post("/v1/extract", json={"text": "北京"}).status_code == 200
+    assert client.get("/healthz").status_code == 200
+
+
+def test_web_pages_auth_file_tokens(make_fake_app: Callable[..., Flask], tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# the API's tokens\n{TOKEN}\n")
+    client = make_fake_app(auth_tokens_file=tokens, pages="auth").test_client()
+    assert client.get("/").status_code == 401
+    assert client.get("/", headers=GOOD).status_code == 200
+    answer = client.post("/v1/extract", json={"text": "北京"}, headers=GOOD)
+    assert answer.status_code == 200
