@@ -34,6 +34,7 @@ from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_PRECISION,
     DEMO_MODEL_DIR,
+    MODEL_SETTINGS_HINT,
     PRECISIONS,
     LoadOptions,
     precision_help,
@@ -377,7 +378,7 @@ class Settings:
 
 def _model_dir_problem(directory: Path) -> str | None:
     if not directory.is_dir():
-        hint = " (build it: make demo-model)" if directory == DEFAULT_MODEL_DIR else ""
+        hint = f" (no model given: {MODEL_SETTINGS_HINT})" if directory == DEFAULT_MODEL_DIR else ""
         return f"not a directory: {directory}{hint}"
     if not (directory / "model.json").is_file():
         return f"no model.json in {directory}"
