@@ -1,4 +1,4 @@
-"""deploy/serving_pins.py: the image installs the serving dependencies, each at its locked version."""
+"""deploy/image/serving_pins.py: the image installs the serving dependencies, each at its locked version."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _module() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "serving_pins", ROOT / "deploy" / "serving_pins.py"
+        "serving_pins", ROOT / "deploy" / "image" / "serving_pins.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

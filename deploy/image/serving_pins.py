@@ -2,7 +2,7 @@
 
 Run by the Dockerfile's build stage (standard library only, before anything is installed)::
 
-    python3 deploy/serving_pins.py pyproject.toml requirements.lock tensorflow-cpu OUT_DIR
+    python3 deploy/image/serving_pins.py pyproject.toml requirements.lock tensorflow-cpu OUT_DIR
 
 and writes three pip requirement files into OUT_DIR:
 
