@@ -80,7 +80,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER spo:spo
 WORKDIR /tmp
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8080'), timeout=2)"]
 # tini (PID 1) reaps orphans and passes SIGTERM to `spo serve`, which stops nginx then gunicorn
 # gracefully; the shell only expands $HOST:$PORT and replaces itself (exec). HOST (default: every

@@ -25,7 +25,10 @@ from pathlib import Path
 
 BERT4KERAS = "bert4keras==0.11.5"
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow-cpu", "tensorflow")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==(\S+)")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)\s*(;[^#\\]*)?")
+
+# {canonical name: [(version, marker), ...]}: a universal lock may pin one package per environment.
+Lock = dict[str, list[tuple[str, str]]]
 
 
 def canonical(name: str) -> str:
@@ -45,18 +48,32 @@ def requirement_name(requirement: str) -> str:
     return canonical(match[0])
 
 
-def read_lock(text: str) -> dict[str, str]:
-    """``{canonical name: version}`` of every ``NAME==VERSION`` line (comments and options skipped)."""
-    pins: dict[str, str] = {}
+def read_lock(text: str) -> Lock:
+    """Every ``NAME==VERSION [; marker]`` line (comments, hashes and options skipped).
+
+    >>> read_lock("numpy==2.4.6 ; python_version < '3.12'\\n    # via tensorflow\\nflask==3.1.3")
+    {'numpy': [('2.4.6', "python_version < '3.12'")], 'flask': [('3.1.3', '')]}
+    """
+    pins: Lock = {}
     for line in text.splitlines():
         match = _PIN.match(line.strip())
         if match:
-            pins[canonical(match[1])] = match[2]
+            marker = (match[3] or "").removeprefix(";").strip()
+            pins.setdefault(canonical(match[1]), []).append((match[2], marker))
     return pins
 
 
+def _lines(name: str, pins: list[tuple[str, str]], marker: str = "") -> list[str]:
+    """``name==version`` for each pin, with its marker and ``marker`` (the dependency's) joined."""
+    out = []
+    for version, own in pins:
+        markers = [f"({m})" for m in (marker, own) if m]
+        out.append(f"{name}=={version}" + (f" ; {' and '.join(markers)}" if markers else ""))
+    return out
+
+
 def serving_pins(
-    dependencies: list[str], lock: dict[str, str], tensorflow: str = "tensorflow-cpu"
+    dependencies: list[str], lock: Lock, tensorflow: str = "tensorflow-cpu"
 ) -> tuple[list[str], list[str], list[str]]:
     """``(serving, constraints, nodeps)`` requirement lines; see the module docstring."""
     if tensorflow not in TENSORFLOW_DISTRIBUTIONS:
@@ -69,12 +86,18 @@ def serving_pins(
         raise ValueError(f"not pinned in the lock: {', '.join(missing)}")
     if "tensorflow" not in names or "tf-keras" not in names:
         raise ValueError("the project's dependencies name no tensorflow or no tf-keras")
-    serving = [f"{tensorflow}=={lock['tensorflow']}"]
-    serving += [f"{n}=={lock[n]}" for n in names if n not in ("tensorflow", "tf-keras")]
+    serving = _lines(tensorflow, lock["tensorflow"])
+    for name, dependency in zip(names, dependencies, strict=True):
+        if name not in ("tensorflow", "tf-keras"):
+            marker = dependency.split(";", 1)[1].strip() if ";" in dependency else ""
+            serving += _lines(name, lock[name], marker)
     constraints = [
-        f"{n}=={v}" for n, v in sorted(lock.items()) if n not in ("tensorflow", "tf-keras")
+        line
+        for name, pins in sorted(lock.items())
+        if name not in ("tensorflow", "tf-keras")
+        for line in _lines(name, pins)
     ]
-    nodeps = [f"tf-keras=={lock['tf-keras']}", BERT4KERAS]
+    nodeps = [*_lines("tf-keras", lock["tf-keras"]), BERT4KERAS]
     return serving, constraints, nodeps
 
 

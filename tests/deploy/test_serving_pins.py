@@ -25,7 +25,7 @@ def _module() -> ModuleType:
 
 
 pins = _module()
-LOCK = {"tensorflow": "2.21.0", "tf-keras": "2.21.0", "flask": "3.1.3", "pytest": "9.2.0"}
+LOCK = pins.read_lock("tensorflow==2.21.0\ntf-keras==2.21.0\nflask==3.1.3\npytest==9.2.0\n")
 
 
 def test_serving_pins_swap_tensorflow_and_keep_tools_out() -> None:
@@ -74,3 +74,28 @@ def test_serving_pins_cover_the_projects_dependencies(tmp_path: Path) -> None:
     assert len(serving) == len(declared) - 1  # tf-keras goes to nodeps.txt
     assert all("==" in line for line in serving)
     assert serving[0].startswith("tensorflow-cpu==")
+
+
+def test_serving_pins_keep_the_markers_of_a_universal_lock() -> None:
+    # uv's universal lock (make lock): markers on lock lines and on dependencies, "# via" comments.
+    lock = pins.read_lock(
+        "tensorflow==2.21.0\n    # via spo-service (pyproject.toml)\ntf-keras==2.21.0\n"
+        "numpy==2.4.6 ; python_full_version < '3.13'\nnumpy==2.5.0 ; python_full_version >= '3.13'\n"
+        "setuptools==84.2.1 ; python_full_version >= '3.12'\n"
+    )
+    serving, constraints, _ = pins.serving_pins(
+        [
+            "tensorflow==2.21.0",
+            "tf-keras==2.21.0",
+            "numpy==2.4.6",
+            "setuptools==84.2.1; python_version >= '3.12'",
+        ],
+        lock,
+    )
+    assert serving == [
+        "tensorflow-cpu==2.21.0",
+        "numpy==2.4.6 ; (python_full_version < '3.13')",
+        "numpy==2.5.0 ; (python_full_version >= '3.13')",
+        "setuptools==84.2.1 ; (python_version >= '3.12') and (python_full_version >= '3.12')",
+    ]
+    assert "numpy==2.5.0 ; (python_full_version >= '3.13')" in constraints
