@@ -531,7 +531,8 @@ def _str(raw: str) -> str:
 FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "model_dir": (
         _path,
-        "model directory (SavedModel + model.json, or one from spo export-onnx); default models/demo",
+        "model directory (SavedModel + model.json, or one from spo export-onnx); default: the embedded "
+        "demo model (models/demo in a checkout)",
     ),
     "models": (
         _models,

@@ -61,7 +61,7 @@ from nlp.config import (
     load_extractor,
 )
 from nlp.errors import InvalidInput, SpoError
-from nlp.manifest import load_manifest, resolve_vocab
+from nlp.manifest import load_manifest
 from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ def ship_model(spark: SparkSession, model_dir: str | Path) -> str:
     vocab_rel = raw["vocab"]["path"]
     if not Path(vocab_rel).is_absolute() and not (target / vocab_rel).is_file():
         (target / vocab_rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(resolve_vocab(source, vocab_rel), target / vocab_rel)
+        shutil.copy2(manifest.vocab_path, target / vocab_rel)
     spark.sparkContext.addFile(str(target), recursive=True)
     return name
 

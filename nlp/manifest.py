@@ -400,7 +400,7 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
             raise _fail(
                 "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
             )
-        if not Path(vocab_rel).is_absolute() and vocab_path.parent != directory.resolve():
+        if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
             logger.warning(
                 "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
                 "as it is); make it self-contained with `spo copy-vocab %s`",

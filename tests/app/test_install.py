@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from app import create_app
 from app.cli import main
-from app.settings import Settings
+from app.settings import Settings, SettingsError
 from nlp.config import packaged_model_dir
 from tests import PROJECT_ROOT
 from tests.app.test_live import NGINX, call, free_port, wait_ready
@@ -187,3 +187,43 @@ def test_install_wheel_spo_serve_answers_the_readme_example(
             process.kill()
             process.wait()
     assert process.returncode == 0, log.read_text()[-3000:]
+
+
+BLOCK_BERT4KERAS = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "bert4keras":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+import nlp.tokenization
+"""
+
+
+def test_install_without_bert4keras_the_error_gives_the_readme_command(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_BERT4KERAS], capture_output=True, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.decode().strip().splitlines()[-1]
+    command = "pip install --no-deps bert4keras==0.11.5"
+    assert last == f"ModuleNotFoundError: bert4keras is not installed; install it with: {command}"
+    assert command in README
+
+
+def test_install_no_default_model_names_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no demo model is embedded, the error says what to set, not how to build it."""
+    from app import settings as settings_module
+
+    missing = tmp_path / "no-embedded-model"
+    monkeypatch.setattr(settings_module, "DEFAULT_MODEL_DIR", missing)
+    with pytest.raises(SettingsError) as info:
+        Settings(model_dir=missing)
+    (problem,) = [p for p in info.value.problems if p.startswith("SPO_MODEL_DIR")]
+    assert all(name in problem for name in ("SPO_MODEL_DIR", "SPO_MODELS", "--model"))
+    assert "make " not in problem

@@ -203,3 +203,26 @@ def test_spark_extract_refuses_bad_inputs_clearly(spark: Any, tmp_path: Path) ->
     assert conf.exit_code == 2 and "KEY=VALUE" in conf.output
     with pytest.raises(spo_spark.SparkExtractError, match="no column"):
         spo_spark.extract_dataframe(spark.createDataFrame([(1,)], "id long"), DEFAULT_MODEL_DIR)
+
+
+def test_spark_ship_model_carries_the_vocab_of_an_old_layout_directory(tmp_path: Path) -> None:
+    """Issue 19: a directory that names the project's vocab/vocab.txt ships with it inside."""
+    from types import SimpleNamespace
+
+    from nlp.manifest import load_manifest
+
+    old = tmp_path / "old"
+    shutil.copytree(DEFAULT_MODEL_DIR, old)
+    (old / "vocab.txt").unlink()
+    doc = json.loads((old / "model.json").read_text(encoding="utf-8"))
+    doc["vocab"]["path"] = "vocab/vocab.txt"
+    (old / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    added: list[str] = []
+    fake = SimpleNamespace(
+        sparkContext=SimpleNamespace(addFile=lambda p, recursive: added.append(p))
+    )
+    name = spo_spark.ship_model(fake, old)  # type: ignore[arg-type]
+    (shipped,) = (Path(p) for p in added)
+    assert shipped.name == name
+    assert load_manifest(shipped).vocab_path == (shipped / "vocab" / "vocab.txt").resolve()
+    shutil.rmtree(shipped.parent)

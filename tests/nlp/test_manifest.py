@@ -192,3 +192,13 @@ def test_manifest_copy_vocab_in_makes_an_old_directory_self_contained(tmp_path, 
     assert m.vocab_path == (model_dir / "vocab.txt").resolve()
     again = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
     assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_manifest_vocab_in_a_subfolder_of_the_directory_is_no_old_layout(model_copy, caplog):
+    vocab = load_manifest(model_copy).vocab_path
+    (model_copy / "assets").mkdir()
+    shutil.copyfile(vocab, model_copy / "assets" / "vocab.txt")
+    _edit(model_copy, lambda d: d["vocab"].update(path="assets/vocab.txt"))
+    with caplog.at_level("WARNING", logger="nlp.manifest"):
+        assert load_manifest(model_copy).vocab_path == (model_copy / "assets/vocab.txt").resolve()
+    assert not [r for r in caplog.records if r.name == "nlp.manifest"]
