@@ -8,7 +8,8 @@ SPARK_STAMP := $(VENV)/.installed-spark
 QUANTIZE_STAMP := $(VENV)/.installed-quantize
 
 .DEFAULT_GOAL := help
-.PHONY: help venv extra-onnx extra-spark check format test test-fast serve bench demo-model ner-model clean
+, := ,
+.PHONY: help venv extra-onnx extra-spark check format test test-fast serve bench demo-model ner-model image clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -79,6 +80,19 @@ ner-model: venv  ## rebuild models/ner (entities) exactly as committed (about 30
 	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 3000 --lr 2e-3 --warmup 200 --dropout 0 --max-minutes 65 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/ner
+
+# The image needs BuildKit (RUN --mount for the CA secret): Debian's docker.io client has it built in;
+# another client needs its buildx plugin. IMAGE_ARGS adds build options, e.g.
+# IMAGE_ARGS="--build-arg MODELS=my-models --build-arg SPO_MODELS=mine=/models/mine" (docs/deploy.md).
+DOCKER     ?= $(firstword $(wildcard /usr/bin/docker) docker)
+IMAGE      ?= spo-service:latest
+CA_BUNDLE  ?=
+IMAGE_ARGS ?=
+
+image:  ## build the container image, tagged spo-service:latest (CA_BUNDLE=/path/ca.pem: a CA bundle for pip)
+	@if [ -n "$(CA_BUNDLE)" ] && [ ! -r "$(CA_BUNDLE)" ]; then echo "CA_BUNDLE: cannot read $(CA_BUNDLE)" >&2; exit 2; fi
+	DOCKER_BUILDKIT=1 $(DOCKER) build --network host \
+		$(if $(CA_BUNDLE),--secret id=ca$(,)src=$(CA_BUNDLE)) $(IMAGE_ARGS) -t $(IMAGE) .
 
 clean:  ## remove caches (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis
