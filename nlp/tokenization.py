@@ -17,6 +17,7 @@ two agree exactly (``tests/nlp/test_tokenization.py`` checks it); on every other
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,9 +25,21 @@ from pathlib import Path
 
 from nlp import quiet_tensorflow
 
+# bert4keras reads its switches with ``distutils.util.strtobool``. Python 3.12 removed distutils;
+# setuptools (a dependency of TensorFlow, pinned for every Python in requirements.lock) puts its own
+# distutils in its place through its ``distutils-precedence.pth``. Without it, say what to install.
 with quiet_tensorflow():  # bert4keras imports TensorFlow
-    from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
-    from bert4keras.tokenizers import load_vocab
+    try:
+        from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
+        from bert4keras.tokenizers import load_vocab
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != "distutils":
+            raise
+        raise ImportError(
+            f"bert4keras imports distutils, which this Python ({sys.version.split()[0]}) lacks (3.12 "
+            "removed it): install setuptools (pinned in requirements.lock), whose distutils takes "
+            "its place, and leave SETUPTOOLS_USE_DISTUTILS unset (or 'local')"
+        ) from exc
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
