@@ -37,8 +37,8 @@ with quiet_tensorflow():  # bert4keras imports TensorFlow
             raise
         raise ImportError(
             f"bert4keras imports distutils, which this Python ({sys.version.split()[0]}) lacks (3.12 "
-            "removed it): install setuptools (pinned in requirements.lock), whose distutils takes "
-            "its place, and leave SETUPTOOLS_USE_DISTUTILS unset (or 'local')"
+            "removed it): pip install setuptools (a dependency of spo-service and TensorFlow), whose "
+            "distutils takes its place, and leave SETUPTOOLS_USE_DISTUTILS unset (or 'local')"
         ) from exc
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
