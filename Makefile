@@ -24,10 +24,15 @@ help:  ## list the targets
 venv: $(STAMP)  ## create .venv with what serving needs (requirements.lock; newest of Python 3.13/3.12/3.11, or PYTHON=)
 
 $(STAMP): requirements.lock pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(None if (3, 11) <= sys.version_info[:2] <= (3, 13) else "$(PYTHON) is Python " + sys.version.split()[0])' \
-		|| { echo "spo-service needs Python 3.11, 3.12 or 3.13: install one, or set PYTHON=python3.X" >&2; exit 1; }
-	@echo "creating $(VENV) with $(PYTHON) ($$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
-	$(PYTHON) -m venv $(VENV)
+	@# An existing venv keeps its Python (remove it to change); a new one gets $(PYTHON), checked.
+	@if [ -x $(BIN)/python ]; then \
+		echo "updating $(VENV) (Python $$($(BIN)/python -c 'import sys; print(sys.version.split()[0])'))"; \
+	else \
+		$(PYTHON) -c 'import sys; sys.exit(None if (3, 11) <= sys.version_info[:2] <= (3, 13) else "$(PYTHON) is Python " + sys.version.split()[0])' \
+			|| { echo "spo-service needs Python 3.11, 3.12 or 3.13: install one, or set PYTHON=python3.X" >&2; exit 1; }; \
+		echo "creating $(VENV) with $(PYTHON) ($$($(PYTHON) -c 'import sys; print(sys.executable, sys.version.split()[0])'))"; \
+		$(PYTHON) -m venv $(VENV); \
+	fi
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.lock
 	# bert4keras declares keras<=2.3.1 (unsatisfiable with any TF 2.12+); it has no other dependencies.
