@@ -32,8 +32,14 @@ from training.config import TASKS, TrainConfig
     help="Name pool: held-out names never occur in the training pool.",
 )
 def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
-    """Write a synthetic DuIE-style corpus (JSON lines) to OUT."""
-    from training.corpus import write_corpus
+    """Write a synthetic DuIE-style corpus (JSON lines) to OUT (needs the training extra: faker)."""
+    try:
+        from training.corpus import write_corpus
+    except ImportError as exc:
+        raise click.ClickException(
+            f"make-corpus needs the training extra ({exc.name} is missing): "
+            "pip install 'spo-service[training]' (in a checkout: make extra-training)"
+        ) from None
 
     write_corpus(out, count, seed, split)
     click.echo(f"{out}: {count} records (seed {seed}, {split} names)")

@@ -17,6 +17,7 @@ two agree exactly (``tests/nlp/test_tokenization.py`` checks it); on every other
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,16 +29,27 @@ from nlp import quiet_tensorflow
 # satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
 BERT4KERAS_INSTALL = "pip install --no-deps bert4keras==0.11.5"
 
-try:
-    with quiet_tensorflow():  # bert4keras imports TensorFlow
+# bert4keras reads its switches with ``distutils.util.strtobool``. Python 3.12 removed distutils;
+# setuptools (a dependency of TensorFlow, pinned for every Python in requirements.lock) puts its own
+# distutils in its place through its ``distutils-precedence.pth``. Without it, say what to install.
+with quiet_tensorflow():  # bert4keras imports TensorFlow
+    try:
         from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
         from bert4keras.tokenizers import load_vocab
-except ModuleNotFoundError as exc:
-    if exc.name != "bert4keras":
-        raise
-    raise ModuleNotFoundError(
-        f"bert4keras is not installed; install it with: {BERT4KERAS_INSTALL}", name="bert4keras"
-    ) from None
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing == "bert4keras":
+            raise ModuleNotFoundError(
+                f"bert4keras is not installed; install it with: {BERT4KERAS_INSTALL}",
+                name="bert4keras",
+            ) from None
+        if missing != "distutils":
+            raise
+        raise ImportError(
+            f"bert4keras imports distutils, which this Python ({sys.version.split()[0]}) lacks (3.12 "
+            "removed it): pip install setuptools (a dependency of spo-service and TensorFlow), whose "
+            "distutils takes its place, and leave SETUPTOOLS_USE_DISTUTILS unset (or 'local')"
+        ) from exc
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 

@@ -1,4 +1,5 @@
 import json
+import sys
 
 from click.testing import CliRunner
 
@@ -119,3 +120,12 @@ def test_modelcli_make_corpus_writes_the_generator_output(tmp_path):
     assert result.exit_code == 0, result.output
     write_corpus(tmp_path / "b.jsonl", 30, seed=1)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_modelcli_make_corpus_without_the_training_extra_names_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "faker", None)  # what a serving-only install is
+    monkeypatch.delitem(sys.modules, "training.corpus", raising=False)
+    result = CliRunner().invoke(main, ["make-corpus", str(tmp_path / "a.jsonl"), "--n", "3"])
+    assert result.exit_code == 1
+    assert "faker is missing" in result.output and "spo-service[training]" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "a.jsonl").exists()
