@@ -152,13 +152,12 @@ class Settings:
         return bool(getattr(self, "_auto_workers", False))
 
     def sizing(self, machine: Machine | None = None) -> Sizing:
-        """Workers and threads for this machine or container and why (``app.sizing.plan``)."""
+        """Workers and threads for this machine or container and why (``app.sizing.plan``): a function
+        of these settings, the machine and every served model (all of ``model_table``, each worker
+        loads them all), each model in the precision it will run in."""
         explicit = not self.workers_auto
-        rss = (
-            estimate_worker_rss_mib(self.model_dir, self.precision)
-            if (self.model_dir / "model.json").is_file()
-            else None
-        )
+        served = [d for _, d in self.model_table if (d / "model.json").is_file()]
+        rss = estimate_worker_rss_mib(served, self.precision) if served else None
         return plan(
             machine or Machine.probe(),
             workers=self.workers if explicit and self.workers > 0 else None,
