@@ -214,6 +214,7 @@ def test_sizing_spo_models_under_a_memory_limit_counts_every_served_model(tmp_pa
     assert one.workers == math.floor(4096 * 0.9 / one.worker_rss_mib) == 2
     assert two.workers == 1
     assert "capped at 1" in two.warnings[0]
+    assert "runtime 820 MiB + a 800 MiB (fp32) + b 800 MiB (fp32)" in "\n".join(two.lines())
     # The same models through SPO_MODEL_DIR (one of them) size as SPO_MODELS with that one.
     alone = Settings.from_env({"SPO_MODEL_DIR": str(a), "SPO_WORKERS": "auto"}).sizing(machine)
     assert alone.worker_rss_mib == one.worker_rss_mib
