@@ -163,3 +163,25 @@ def test_openapi_declares_nginx_rate_limit_on_the_paths_it_limits(make_fake_app:
         for path, ops in plain["paths"].items()
         for method in ops
     )
+
+
+def test_openapi_every_rest_code_is_declared_somewhere(make_fake_app: Any) -> None:
+    """With every guard on (tokens, nginx rate limit, metrics token), each REST code of the catalogue
+    is declared by some operation; only the answers to a path or method no operation has are not."""
+    spec = _spec(
+        make_fake_app(
+            auth_tokens=("a-token-of-16-chars-or-more",),
+            rate_limit="10r/s",
+            metrics_token="a-metrics-token-16-chars",
+        ).test_client()
+    )
+    declared = {
+        code
+        for path, operations in spec["paths"].items()
+        for method in operations
+        for status in operations[method]["responses"]
+        for code in _declared(spec, path, method, int(status)) or []
+    }
+    off_route = {"not_found", "method_not_allowed"}
+    rest = {code for code, entry in CATALOGUE.items() if entry.rest}
+    assert rest - declared == off_route
