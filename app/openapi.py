@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.problems import CATALOGUE, Problem, problem_for
+from app.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.settings import Settings
 
 # Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
@@ -62,7 +62,8 @@ def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 # Every operation may meet malformed HTTP or fail unexpectedly; /v1/ ones may want a token.
 _ALWAYS = ("bad_request", "internal_error")
-_NOT_READY = ("model_not_ready", "service_unavailable")
+# A model still loading, or whose load failed (this worker retries; each load error has its code).
+_NOT_READY = ("model_not_ready", *LOAD_ERROR_CODES, "service_unavailable")
 
 
 def build_spec(settings: Settings) -> dict[str, Any]:
@@ -251,7 +252,12 @@ def build_spec(settings: Settings) -> dict[str, Any]:
         "description": f"a model of this service (GET /v1/models); the default is {names[0]}",
         "schema": {"type": "string", "enum": names},
     }
-    auth = ("unauthorized",) if settings.auth_enabled else ()
+    # What the edge may answer on every /v1/ operation before the app sees it: a missing token (the
+    # app), and nginx's per-client rate limit (SPO_RATE_LIMIT applies to /v1/ only, deploy/nginx.conf).
+    auth = (
+        *(("unauthorized",) if settings.auth_enabled else ()),
+        *(("rate_limited",) if settings.rate_limit else ()),
+    )
     paths: dict[str, Any] = {
         "/v1/extract": {
             "post": {

@@ -29,7 +29,16 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.sizing import Machine, Sizing, estimate_worker_rss_mib, intra_op_threads, plan
+from app.sizing import (
+    BASE_RSS_MIB,
+    Machine,
+    Sizing,
+    estimate_worker_rss_mib,
+    intra_op_threads,
+    model_precision,
+    model_rss_mib,
+    plan,
+)
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_PRECISION,
@@ -152,19 +161,27 @@ class Settings:
         return bool(getattr(self, "_auto_workers", False))
 
     def sizing(self, machine: Machine | None = None) -> Sizing:
-        """Workers and threads for this machine or container and why (``app.sizing.plan``)."""
+        """Workers and threads for this machine or container and why (``app.sizing.plan``): a function
+        of these settings, the machine and every served model (all of ``model_table``, each worker
+        loads them all), each model in the precision it will run in."""
         explicit = not self.workers_auto
-        rss = (
-            estimate_worker_rss_mib(self.model_dir, self.precision)
-            if (self.model_dir / "model.json").is_file()
-            else None
-        )
-        return plan(
+        served = [(n, d) for n, d in self.model_table if (d / "model.json").is_file()]
+        rss = estimate_worker_rss_mib([d for _, d in served], self.precision) if served else None
+        sizing = plan(
             machine or Machine.probe(),
             workers=self.workers if explicit and self.workers > 0 else None,
             intra_op=self.intra_op_threads,
             worker_rss_mib=rss,
         )
+        if not served:
+            return sizing
+        shares = " + ".join(
+            f"{name} {model_rss_mib(d, self.precision):,.0f} MiB "
+            f"({model_precision(d, self.precision)})"
+            for name, d in served
+        )
+        why = f"RSS per worker: runtime {BASE_RSS_MIB:,.0f} MiB + {shares}, estimated from disk"
+        return dataclasses.replace(sizing, reasons=(*sizing.reasons, why))
 
     @property
     def tf_intra_op_threads(self) -> int:

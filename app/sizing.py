@@ -17,8 +17,9 @@ Memory: the limit is the cgroup's (v2 ``memory.max``, v1 ``memory.limit_in_bytes
 the machine's RAM. When workers x per-worker RSS would pass it, ``plan`` warns, and when the worker
 count was not set explicitly it *caps* the default at ``floor(limit x 0.9 / per-worker RSS)`` (at least
 1; 10% is left for the gunicorn master, page cache and growth). Before any worker runs, the per-worker
-RSS is estimated from the model's size on disk (``estimate_worker_rss_mib``); each worker measures its
-real RSS after warm-up and ``memory_warning`` repeats the check with that figure.
+RSS is estimated from the size on disk of every model it serves, each in its own precision
+(``estimate_worker_rss_mib``: all of ``SPO_MODELS``, not only ``SPO_MODEL_DIR``); each worker measures
+its real RSS after warm-up and ``memory_warning`` repeats the check with that figure.
 
 Every reader takes the cgroup root and the ``/proc/self/cgroup`` path as arguments, so tests run on
 fake trees. The service (``app.settings``, ``deploy/gunicorn.conf.py``, ``spo serve --check-config``),
@@ -27,9 +28,10 @@ the batch command and the benchmarks all call ``plan``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,11 +241,20 @@ def intra_op_threads(cpus: int, workers: int) -> int:
     return max(1, cpus // max(1, workers))
 
 
-def estimate_worker_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
-    """A worker's RSS after load and warm-up, from the model's size on disk (see the constants).
-
-    Used before any worker ran; each worker's measured RSS is checked again by ``memory_warning``.
+def model_precision(model_dir: Path, precision: str = "fp32") -> str:
+    """The precision ``model_dir`` runs in when ``precision`` is asked for: an int8 directory (``spo
+    quantize``: ``"precision": "int8"`` in its model.json) runs in int8 whatever is asked; any other
+    in ``precision`` (loading refuses the pairs that cannot run; this is only the estimate).
     """
+    try:
+        doc = json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return precision
+    return "int8" if isinstance(doc, dict) and doc.get("precision") == "int8" else precision
+
+
+def model_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
+    """What one model adds to a worker's RSS: its size on disk times its precision's factor."""
     size = 0
     for path in Path(model_dir).rglob("*"):
         try:
@@ -251,8 +262,20 @@ def estimate_worker_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
                 size += path.stat().st_size
         except OSError:
             continue
-    per_model = RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(precision, 0.0)
-    return BASE_RSS_MIB + per_model * size / MIB
+    effective = model_precision(model_dir, precision)
+    return (RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(effective, 0.0)) * size / MIB
+
+
+def estimate_worker_rss_mib(model_dirs: Path | Sequence[Path], precision: str = "fp32") -> float:
+    """A worker's RSS after load and warm-up with every model of ``model_dirs`` loaded (one directory,
+    or all that ``SPO_MODELS`` serves): the runtime once, plus each model's share (see the constants).
+
+    The runtime is shared: ``bench.models_rss`` measured demo alone 884 MiB, both demo models 921 MiB
+    (docs/rest.md, "Several models"). Used before any worker ran; each worker's measured RSS is
+    checked again by ``memory_warning``.
+    """
+    dirs = [model_dirs] if isinstance(model_dirs, (str, Path)) else list(model_dirs)
+    return BASE_RSS_MIB + sum(model_rss_mib(d, precision) for d in dirs)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,11 @@ def run(
     except OnnxExportError as exc:
         logger.warning("peer step skipped: %s", exc)
         return {}
+    from bench.rbt6 import build_model
+
+    # On a fresh checkout nothing is cached yet: build the RBT6 model first (what `python -m bench
+    # model` does; a no-op once cached), so that the conversions below have a graph to convert.
+    build_model()
     onnx_dirs()
     args = ["--intra", str(intra), "--inter", str(inter), "--repeats", str(rounds)]
     args += ["--texts", str(texts)]

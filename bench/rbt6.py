@@ -140,6 +140,7 @@ def build_model(force: bool = False) -> dict[str, Path]:
     dirs = model_dirs()
     if not force and all((d / "model.json").is_file() for d in dirs.values()):
         return dirs
+    logger.info("building the RBT6 benchmark model in %s (once; cached)", dirs["graph"].parent)
     import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
     from nlp.manifest import manifest_document, sha256_file
     from training.export import export_model_dir

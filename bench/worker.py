@@ -319,7 +319,8 @@ def _spo_modes(dirs: dict[str, str]) -> dict[str, tuple[str, str]]:
             continue
         if precision in ("fp32", "bf16"):
             modes[f"spo-{precision}"] = (dirs["graph"], precision)
-        elif precision in dirs:
+        elif precision in dirs and (Path(dirs[precision]) / "model.json").is_file():
+            # ``_dirs`` names the int8 copy whether or not it was made (no quantize extra here).
             modes[f"spo-{precision}"] = (dirs[precision], precision)
     return modes
 

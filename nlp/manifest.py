@@ -59,7 +59,8 @@ TASKS = ("triples", "entities")
 DEFAULT_LENGTH_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # One-row batches (single-text requests) pad to a multiple of 8 tokens instead of the next length
-# bucket: about 3% padding instead of 15%, for 24 more (cheap, one-row) warm-up shapes; BENCHMARKS.md.
+# bucket: 6.2% padded tokens instead of 15.5%, for 22 more (cheap, one-row) warm-up shapes, 74 in all
+# (bench/results/padding.json, BENCHMARKS.md "Padding waste").
 DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
 MANIFEST_NAME = "model.json"
 # Where a self-contained model directory keeps its vocab (``vocab.path`` in ``model.json``).

@@ -10,8 +10,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.problems import CATALOGUE
-from tests.app.test_api import BAD_DOCUMENTS
+from app import create_app
+from app.problems import CATALOGUE, LOAD_ERROR_CODES
+from app.settings import Settings
+from nlp.errors import ManifestError, ModelLoadError, UnsupportedPrecision
+from tests import PROJECT_ROOT
+from tests.app.test_api import BAD_DOCUMENTS, wait_for
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
 
@@ -98,3 +102,86 @@ def test_openapi_declares_the_other_answers(make_fake_app: Any, fake_extractor: 
     authed = make_fake_app(auth_tokens=("a-token-of-16-chars-or-more",)).test_client()
     response = authed.get("/v1/model")
     assert response.get_json()["code"] in (_declared(_spec(authed), "/v1/model", "get", 401) or [])
+
+
+@pytest.mark.parametrize("code", LOAD_ERROR_CODES)
+def test_openapi_declares_the_load_errors_of_every_model_route(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """Issue 20: a worker whose model failed to load answers 503 with the load error's own code on
+    every route that needs the model; the document declared only ``model_not_ready``."""
+    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 60.0)
+    error = {c.code: c for c in (ModelLoadError, ManifestError, UnsupportedPrecision)}[code]
+
+    def broken(options: Any) -> Any:
+        raise error("/srv/x: cannot load")
+
+    app = create_app(settings.replace(load_mode="background"), loader=broken)
+    slot = app.extensions["spo"]
+    client = app.test_client()
+    try:
+        wait_for(lambda: slot.error_code == code)
+        spec = _spec(client)
+        name = settings.default_model
+        for path, method, request_path, kwargs in [
+            ("/readyz", "get", "/readyz", {}),
+            ("/v1/model", "get", "/v1/model", {}),
+            ("/v1/models/{name}", "get", f"/v1/models/{name}", {}),
+            ("/v1/extract", "post", "/v1/extract", {"json": {"text": "北京"}}),
+            (
+                "/v1/models/{name}/extract",
+                "post",
+                f"/v1/models/{name}/extract",
+                {"json": {"text": "北京"}},
+            ),
+        ]:
+            response = getattr(client, method)(request_path, **kwargs)
+            assert response.status_code == 503 and response.get_json()["code"] == code, path
+            assert code in (_declared(spec, path, method, 503) or []), f"{method} {path}"
+            assert "Retry-After" in spec["paths"][path][method]["responses"]["503"]["headers"]
+    finally:
+        slot.close()
+
+
+def test_openapi_declares_nginx_rate_limit_on_the_paths_it_limits(make_fake_app: Any) -> None:
+    """With SPO_RATE_LIMIT, nginx answers 429 ``rate_limited`` on the paths its ``$spo_rate_key`` map
+    keys (deploy/nginx.conf); the document declares it there and nowhere else, and not without it."""
+    conf = (PROJECT_ROOT / "deploy" / "nginx.conf").read_text(encoding="utf-8")
+    block = re.search(r"map \$request_uri \$spo_rate_key \{(.*?)\}", conf, re.DOTALL)
+    assert block is not None
+    limited = re.findall(r'^\s*"~([^"]+)"\s+\$binary_remote_addr;', block.group(1), re.M)
+    assert limited
+    spec = _spec(make_fake_app(rate_limit="10r/s").test_client())
+    for path, operations in spec["paths"].items():
+        example = path.replace("{name}", "ner")
+        for method in operations:
+            declared = _declared(spec, path, method, 429) or []
+            assert ("rate_limited" in declared) == any(re.match(r, example) for r in limited), path
+    plain = _spec(make_fake_app().test_client())
+    assert not any(
+        _declared(plain, path, method, 429)
+        for path, ops in plain["paths"].items()
+        for method in ops
+    )
+
+
+def test_openapi_every_rest_code_is_declared_somewhere(make_fake_app: Any) -> None:
+    """With every guard on (tokens, nginx rate limit, metrics token), each REST code of the catalogue
+    is declared by some operation; only the answers to a path or method no operation has are not."""
+    spec = _spec(
+        make_fake_app(
+            auth_tokens=("a-token-of-16-chars-or-more",),
+            rate_limit="10r/s",
+            metrics_token="a-metrics-token-16-chars",
+        ).test_client()
+    )
+    declared = {
+        code
+        for path, operations in spec["paths"].items()
+        for method in operations
+        for status in operations[method]["responses"]
+        for code in _declared(spec, path, method, int(status)) or []
+    }
+    off_route = {"not_found", "method_not_allowed"}
+    rest = {code for code, entry in CATALOGUE.items() if entry.rest}
+    assert rest - declared == off_route

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import doctest
+import json
+import math
 from pathlib import Path
 
 import pytest
 
 from app import sizing
+from app.settings import Settings
 from app.sizing import Limit, Machine, cpu_quota, memory_limit, memory_warning, plan
 
 GIB = 1 << 30
@@ -182,3 +185,47 @@ def test_sizing_estimate_of_an_int8_directory_counts_what_loading_it_costs(tmp_p
 
 def test_sizing_doctests() -> None:
     assert doctest.testmod(sizing).failed == 0
+
+
+def _fake_model(directory: Path, mib: int, precision: str = "fp32") -> Path:
+    """A directory that sizes like a model of ``mib`` MiB on disk (a sparse file: no disk used)."""
+    (directory / "variables").mkdir(parents=True)
+    (directory / "model.json").write_text(
+        json.dumps({"name": directory.name, "precision": precision})
+    )
+    with open(directory / "variables" / "w", "wb") as f:
+        f.truncate(mib * 2**20)
+    return directory
+
+
+def test_sizing_spo_models_under_a_memory_limit_counts_every_served_model(tmp_path: Path) -> None:
+    """Issue 20: with SPO_MODELS the estimate was made from SPO_MODEL_DIR's default (the demo model),
+    not from what each worker loads. Now it is the runtime once plus every served model's share."""
+    a = _fake_model(tmp_path / "a", 200)
+    b = _fake_model(tmp_path / "b", 200)
+    machine = Machine(16, Limit(None, "none"), Limit(4 * GIB, "cgroup v2 memory.max"))
+    one = Settings.from_env({"SPO_MODELS": f"a={a}", "SPO_WORKERS": "auto"}).sizing(machine)
+    two = Settings.from_env({"SPO_MODELS": f"a={a},b={b}", "SPO_WORKERS": "auto"}).sizing(machine)
+    share = sizing.model_rss_mib(a)
+    assert one.worker_rss_mib == pytest.approx(sizing.BASE_RSS_MIB + share)
+    assert two.worker_rss_mib == pytest.approx(sizing.BASE_RSS_MIB + 2 * share)
+    # 4 GiB x 0.9 = 3,686 MiB: two workers of ~1,620 MiB fit, not two of ~2,420 MiB.
+    assert one.worker_rss_mib is not None
+    assert one.workers == math.floor(4096 * 0.9 / one.worker_rss_mib) == 2
+    assert two.workers == 1
+    assert "capped at 1" in two.warnings[0]
+    assert "runtime 820 MiB + a 800 MiB (fp32) + b 800 MiB (fp32)" in "\n".join(two.lines())
+    # The same models through SPO_MODEL_DIR (one of them) size as SPO_MODELS with that one.
+    alone = Settings.from_env({"SPO_MODEL_DIR": str(a), "SPO_WORKERS": "auto"}).sizing(machine)
+    assert alone.worker_rss_mib == one.worker_rss_mib
+
+
+def test_sizing_spo_models_counts_each_model_in_its_own_precision(tmp_path: Path) -> None:
+    fp32 = _fake_model(tmp_path / "fp32", 100)
+    int8 = _fake_model(tmp_path / "int8", 100, precision="int8")
+    machine = Machine(4, Limit(None, "none"), Limit(64 * GIB, "test"))
+    both = Settings.from_env({"SPO_MODELS": f"f={fp32},q={int8}"}).sizing(machine)
+    expected = sizing.BASE_RSS_MIB + (2 * sizing.RSS_PER_MODEL_MIB + 7.5) * 100
+    assert both.worker_rss_mib == pytest.approx(expected)
+    assert sizing.model_precision(int8, "fp32") == "int8"
+    assert sizing.model_precision(fp32, "bf16") == "bf16"
