@@ -17,7 +17,8 @@ import click
 
 from app.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
-from training.config import TASKS, TrainConfig
+from nlp.tasks import TASK_NAMES
+from training.config import TrainConfig
 
 
 @click.command("make-corpus")
@@ -43,7 +44,7 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--task",
-    type=click.Choice(TASKS),
+    type=click.Choice(TASK_NAMES),
     default=TrainConfig.task,
     show_default=True,
     help="triples: GPLinker on the records' triples; entities: typed GlobalPointer NER on their "

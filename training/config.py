@@ -26,9 +26,6 @@ DEMO_BERT_CONFIG: dict[str, Any] = {
 }
 
 
-TASKS = ("triples", "entities")
-
-
 @dataclass
 class TrainConfig:
     """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety

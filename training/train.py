@@ -31,8 +31,9 @@ from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
+from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
-from training.config import TASKS, TrainConfig
+from training.config import TrainConfig
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -210,15 +211,16 @@ def _warmup_linear_decay(peak: float, warmup: int, total: int) -> Any:
 
 def train(config: TrainConfig) -> Path:
     """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
-    if config.task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {config.task!r}")
+    if config.task not in TASK_NAMES:
+        raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
+    task = task_named(config.task)
     seed_everything(config.seed)
     from bert4keras.backend import keras
 
     from training.export import export_model_dir
     from training.gplinker import build_gplinker, build_ner
 
-    entities_task = config.task == "entities"
+    entities_task = task is Task.ENTITIES
     schema = schema_documents()
     predicates = [p["predicate"] for p in schema]
     labels = list(ENTITY_TYPES) if entities_task else predicates
@@ -251,8 +253,7 @@ def train(config: TrainConfig) -> Path:
     optimizer = keras.optimizers.Adam(
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
-    n_outputs = 1 if entities_task else 3
-    model.compile(loss=[globalpointer_crossentropy] * n_outputs, optimizer=optimizer)
+    model.compile(loss=[globalpointer_crossentropy] * task.n_outputs, optimizer=optimizer)
 
     started = time.monotonic()
     deadline = started + config.max_minutes * 60
