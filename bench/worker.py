@@ -21,7 +21,8 @@ from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_
 from bench.rbt6 import flops_per_token, int8_dir, model_dirs, vocab_size
 from bench.runtimes import NAIVE, extractor_for
 from bench.workload import request_texts, texts
-from nlp.config import LoadOptions, load_extractor
+from nlp.config import LoadOptions
+from nlp.loader import load_extractor
 
 BATCHES = (1, 8, 32)
 BATCH_LENGTH = 128
