@@ -18,7 +18,7 @@ import click
 from app.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.tasks import TASK_NAMES
-from training.config import TrainConfig
+from training.config import DEFAULT_NAMES, TrainConfig
 
 
 @click.command("make-corpus")
@@ -103,7 +103,7 @@ def train_command(
     from training.train import train
 
     if out is None:
-        out = Path("models", "ner" if task == "entities" else "demo")
+        out = Path("models", DEFAULT_NAMES[task])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = train(
         TrainConfig(
