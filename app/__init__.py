@@ -15,7 +15,7 @@ from app import logging as app_logging
 from app.model_slot import Loader
 from app.registry import ModelRegistry
 from app.settings import Settings
-from nlp.config import load_extractor
+from nlp.loader import load_extractor
 
 __all__ = ["create_app"]
 
@@ -31,7 +31,7 @@ def create_app(
     says: ``boot`` loads and warms them before returning, ``background`` starts threads. A load that
     fails leaves the app up, that model unready and retrying with backoff (``app.model_slot``); it never
     raises here. ``loader``
-    (given ``settings.load_options(directory)`` for each) replaces ``nlp.config.load_extractor`` in
+    (given ``settings.load_options(directory)`` for each) replaces ``nlp.loader.load_extractor`` in
     tests. ``app.extensions["spo.models"]`` holds the ``ModelRegistry``, ``app.extensions["spo"]``
     the default model's slot. With ``SPO_MICROBATCH_WAIT_MS`` above 0 each model has a
     ``MicroBatcher`` (``app.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.

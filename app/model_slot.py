@@ -72,7 +72,7 @@ def retry_delays(max_s: float, first_s: float = FIRST_RETRY_S) -> Iterator[float
         delay = min(delay * 2, float(max_s))
 
 
-# Loads the model of some options: ``nlp.config.load_extractor``, or a fake in tests.
+# Loads the model of some options: ``nlp.loader.load_extractor``, or a fake in tests.
 Loader = Callable[[LoadOptions], ExtractorLike]
 
 

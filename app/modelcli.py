@@ -17,7 +17,8 @@ import click
 
 from app.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
-from training.config import TASKS, TrainConfig
+from nlp.tasks import TASK_NAMES
+from training.config import DEFAULT_NAMES, TrainConfig
 
 
 @click.command("make-corpus")
@@ -49,7 +50,7 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 @click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--task",
-    type=click.Choice(TASKS),
+    type=click.Choice(TASK_NAMES),
     default=TrainConfig.task,
     show_default=True,
     help="triples: GPLinker on the records' triples; entities: typed GlobalPointer NER on their "
@@ -108,7 +109,7 @@ def train_command(
     from training.train import train
 
     if out is None:
-        out = Path("models", "ner" if task == "entities" else "demo")
+        out = Path("models", DEFAULT_NAMES[task])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = train(
         TrainConfig(

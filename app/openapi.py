@@ -15,6 +15,7 @@ from typing import Any
 
 from app.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.settings import Settings
+from nlp.tasks import TASK_NAMES
 
 # Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
 # in a way generators understand, so the description does).
@@ -93,7 +94,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
         "properties": {
             "name": {"type": "string"},
             "version": {"type": "string"},
-            "task": {"type": "string", "enum": ["triples", "entities"]},
+            "task": {"type": "string", "enum": list(TASK_NAMES)},
         },
     }
     schemas: dict[str, Any] = {
@@ -163,7 +164,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             "properties": {
                 "name": {"type": "string"},
                 "version": {"type": "string"},
-                "task": {"type": "string", "enum": ["triples", "entities"]},
+                "task": {"type": "string", "enum": list(TASK_NAMES)},
                 "max_length": {"type": "integer", "description": "tokens per window"},
                 "threshold": {"type": "number"},
                 "length_buckets": {"type": "array", "items": {"type": "integer"}},
@@ -229,7 +230,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                         "version": {"type": "string", "nullable": True},
                         "task": {
                             "type": "string",
-                            "enum": ["triples", "entities"],
+                            "enum": list(TASK_NAMES),
                             "nullable": True,
                         },
                         "labels": {

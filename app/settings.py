@@ -191,7 +191,7 @@ class Settings:
         return threads_per_worker(self.workers)
 
     def load_options(self, model_dir: Path | None = None) -> LoadOptions:
-        """How each worker loads a model (``nlp.config.load_extractor``): ``model_dir``, one of
+        """How each worker loads a model (``nlp.loader.load_extractor``): ``model_dir``, one of
         ``model_table``'s, or ``SPO_MODEL_DIR``."""
         return LoadOptions(
             model_dir or self.model_dir,

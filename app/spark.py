@@ -58,9 +58,9 @@ from nlp.config import (
     DEFAULT_PRECISION,
     PRECISIONS,
     LoadOptions,
-    load_extractor,
 )
 from nlp.errors import InvalidInput, SpoError
+from nlp.loader import load_extractor
 from nlp.manifest import load_manifest
 from nlp.validation import check_text
 

@@ -1,7 +1,7 @@
 """spo's precisions against ONNX Runtime, the peer users would reach for, in the same interleaved runs.
 
 One worker process loads every runtime on the RBT6 benchmark model: spo (the TF session) in each
-precision it has (``nlp.runtime.PRECISIONS``, bf16 only on a CPU with bf16; a precision that needs its
+precision it has (``nlp.config.PRECISIONS``, bf16 only on a CPU with bf16; a precision that needs its
 own model directory, such as int8, when ``bench.rbt6`` provides one) and ``ort-fp32`` / ``ort-int8``
 (ONNX Runtime over ``training.onnx_export``'s conversion of the same graph export, int8 by dynamic
 quantization). Then, with intra-op 2 / inter-op 1 threads:
@@ -56,7 +56,7 @@ def precision_dirs() -> dict[str, str]:
     """Model directories of spo's precisions that need their own (int8: ``spo quantize``'s copy),
     made by ``bench.rbt6.build_<precision>()`` where that exists and can make one here."""
     import bench.rbt6
-    from nlp.runtime import PRECISIONS
+    from nlp.config import PRECISIONS
 
     out = {}
     for precision in PRECISIONS:

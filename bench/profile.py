@@ -8,7 +8,7 @@ fp32 is served from its variables, see ``nlp.runtime.FROZEN_PRECISIONS``) and wi
 - latency: for each of ``ROUNDS`` rounds and each shape of ``SHAPES``, every runtime in turn runs 3
   warm-ups and ``CALLS`` timed calls; the median is reported;
 - time per op type: ``TRACED_CALLS`` calls per runtime and shape under TensorFlow's full trace
-  (``SessionRuntime.op_time_by_type``), median milliseconds per op type. Tracing adds its own cost
+  (``op_time_by_type``), median milliseconds per op type. Tracing adds its own cost
   to every op, so the shares, not the sums, are what to read.
 
 ``matmul`` below means every op whose type names a matrix product (``MatMul``, ``_FusedMatMul``,
@@ -30,6 +30,31 @@ ROUNDS = 3
 CALLS = 15
 TRACED_CALLS = 5
 TOP_TYPES = 8
+
+
+def op_time_by_type(runtime: Any, token_ids: Any, segment_ids: Any) -> dict[str, float]:
+    """Milliseconds per op type in one traced call of ``runtime`` (an ``nlp.runtime.SessionRuntime``)
+    at a warmed shape, from TensorFlow's step stats.
+
+    Never on the request path: tracing slows the call it measures. Op types are those the runtime
+    ran after grappler's rewrites (``_FusedMatMul``, ``_MklLayerNorm``...), which may differ from
+    the graph's own. Not counted as a request (``runtime.runs`` is unchanged).
+    """
+    import tensorflow as tf
+
+    runtime.check_shape(token_ids, segment_ids)
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    metadata = tf.compat.v1.RunMetadata()
+    runtime._run(token_ids, segment_ids, options=options, run_metadata=metadata)
+    spent: dict[str, float] = {}
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            # timeline_label reads "name = OpType(inputs)"; _SOURCE and friends have none.
+            label = node.timeline_label.partition(" = ")[2]
+            op_type = label.partition("(")[0] or node.node_name.partition(":")[0]
+            micros = node.all_end_rel_micros or (node.op_end_rel_micros - node.op_start_rel_micros)
+            spent[op_type] = spent.get(op_type, 0.0) + micros / 1000.0
+    return spent
 
 
 def op_class(op_type: str) -> str:

@@ -98,7 +98,7 @@ def extractor_for(
     kind: str, dirs: dict[str, str], intra: int, inter: int, precision: str = "fp32"
 ) -> Extractor:
     """An ``Extractor`` over runtime ``kind``, with ``intra`` / ``inter`` TensorFlow threads."""
-    from nlp.config import load_extractor
+    from nlp.loader import load_extractor
 
     if kind in ORT:
         from bench.peer import onnx_dirs

@@ -21,7 +21,8 @@ from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_
 from bench.rbt6 import flops_per_token, int8_dir, model_dirs, vocab_size
 from bench.runtimes import NAIVE, extractor_for
 from bench.workload import request_texts, texts
-from nlp.config import LoadOptions, load_extractor
+from nlp.config import LoadOptions
+from nlp.loader import load_extractor
 
 BATCHES = (1, 8, 32)
 BATCH_LENGTH = 128
@@ -167,7 +168,7 @@ def batch(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.peaks:
         out["peak_gflops"] = {"fp32": round(_peak("fp32", args.intra, args.inter), 1)}
-        from nlp.runtime import cpu_supports_bf16
+        from nlp.engine import cpu_supports_bf16
 
         if cpu_supports_bf16():
             out["peak_gflops"]["bf16"] = round(_peak("bf16", args.intra, args.inter), 1)
@@ -308,10 +309,11 @@ def percall(args: argparse.Namespace) -> dict[str, Any]:
 def _spo_modes(dirs: dict[str, str]) -> dict[str, tuple[str, str]]:
     """spo's precisions on the RBT6 model: ``{"spo-<precision>": (model_dir, precision)}``.
 
-    Every mode ``nlp.runtime`` declares is picked up: bf16 only on a CPU with bf16; a mode that needs
+    Every mode ``nlp.config`` declares is picked up: bf16 only on a CPU with bf16; a mode that needs
     its own model directory (int8) when ``dirs`` has one under its name (``--mode-dir``).
     """
-    from nlp.runtime import PRECISIONS, cpu_supports_bf16
+    from nlp.config import PRECISIONS
+    from nlp.engine import cpu_supports_bf16
 
     modes = {}
     for precision in PRECISIONS:
@@ -476,7 +478,7 @@ def int8(args: argparse.Namespace) -> dict[str, Any]:
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     """spo fp32 (and int8 where its directory exists) with and without the graph rewrites, in one
     process: interleaved median latency per shape, then time per op type from traced calls."""
-    from bench.profile import SHAPES, TRACED_CALLS
+    from bench.profile import SHAPES, TRACED_CALLS, op_time_by_type
     from nlp.manifest import load_manifest
     from nlp.runtime import SessionRuntime
 
@@ -520,7 +522,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     for shape, ids in inputs.items():
         seg = np.zeros_like(ids)
         for name, runtime in runtimes.items():
-            traced = [runtime.op_time_by_type(ids, seg) for _ in range(TRACED_CALLS)]
+            traced = [op_time_by_type(runtime, ids, seg) for _ in range(TRACED_CALLS)]
             types = set().union(*traced)
             by_type[name][f"{shape[0]}x{shape[1]}"] = {
                 t: round(float(np.median([c.get(t, 0.0) for c in traced])), 3) for t in types

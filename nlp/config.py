@@ -1,9 +1,9 @@
 """What a caller configures, defined once: the model-loading options, the limits and their defaults.
 
 ``LoadOptions`` is the one description of how to load a model directory (the service's settings, the
-batch command's options and the benchmarks each build one), and ``load_extractor`` the one loader.
-No TensorFlow here: this module is imported by the gunicorn master and the batch command, which must
-stay light; ``load_extractor`` imports ``nlp.pipeline`` (and with it TensorFlow) only when it runs.
+batch command's options and the benchmarks each build one); ``nlp.loader.load_extractor`` is the
+one loader. No TensorFlow here: this module is imported by the gunicorn master and the batch command,
+which must stay light. A low module: it imports nothing of ``nlp``.
 
 >>> LoadOptions("models/demo", precision="fp64").problems()
 ["precision must be one of fp32, bf16, int8, got 'fp64'"]
@@ -15,10 +15,7 @@ import dataclasses
 import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nlp.pipeline import Extractor
+from typing import Any
 
 # The package that carries the two demo models as package data: ``models/`` in a checkout (the
 # editable install maps it there), ``site-packages/spo_models`` in an installed wheel.
@@ -101,14 +98,3 @@ class LoadOptions:
             if value is not None and value < 1:
                 out.append(f"{name} must be positive, got {value}")
         return out
-
-
-def load_extractor(options: LoadOptions) -> Extractor:
-    """The one loader: validate the model directory, load the SavedModel, warm every bucket shape.
-
-    A plain module-level function (picklable, so the batch command hands it to spawned workers);
-    TensorFlow is imported here, in the process that runs the model, never at import time.
-    """
-    from nlp.pipeline import Extractor
-
-    return Extractor.load(options)

@@ -5,7 +5,7 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
     {
       "format_version": 1,
       "name": "demo", "version": "1",
-      "task": "triples",                       # or "entities"
+      "task": "triples",                       # or "entities" (nlp.tasks.Task)
       "predicates": [{"predicate": "出生地", "subject_type": "人物", "object_type": "地点"}],
       "entity_types": ["人物", "地点"],          # entities task only
       "vocab": {"path": "vocab.txt", "sha256": "..."},
@@ -43,17 +43,20 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nlp.config import DEMO_VOCAB
 from nlp.errors import ManifestError, UnsupportedPrecision
+from nlp.tasks import TASK_NAMES, PredicateSchema, Task, task_named
+
+__all__ = ["PredicateSchema", "Task"]  # re-exported: a manifest's labels and task
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-TASKS = ("triples", "entities")
 # Steps of about x1.5 rather than x2: half the padding of powers of two (15.5% vs 30.6% padded tokens
 # on the benchmark workload) for 52 warm-up shapes instead of 29; see BENCHMARKS.md.
 DEFAULT_LENGTH_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -92,27 +95,13 @@ MODEL_PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True)
-class PredicateSchema:
-    predicate: str
-    subject_type: str
-    object_type: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {
-            "predicate": self.predicate,
-            "subject_type": self.subject_type,
-            "object_type": self.object_type,
-        }
-
-
-@dataclass(frozen=True)
 class Manifest:
     """A validated ``model.json``. ``directory`` and ``vocab_path`` are absolute."""
 
     directory: Path
     name: str
     version: str
-    task: str
+    task: Task
     predicates: tuple[PredicateSchema, ...]
     entity_types: tuple[str, ...]
     vocab_path: Path
@@ -137,13 +126,11 @@ class Manifest:
     @property
     def labels(self) -> tuple[str, ...]:
         """Head labels in output order: predicates (triples) or entity types (entities)."""
-        if self.task == "triples":
-            return tuple(p.predicate for p in self.predicates)
-        return self.entity_types
+        return self.task.label_names(self)
 
     @property
     def n_outputs(self) -> int:
-        return 3 if self.task == "triples" else 1
+        return self.task.n_outputs
 
     def check_precision(self, precision: str) -> None:
         """Raise ``UnsupportedPrecision`` unless this directory can run in ``precision``: an int8
@@ -173,10 +160,7 @@ class Manifest:
         }
         if self.engine_spec is not None:
             out["engine"] = self.engine_spec.summary()
-        if self.task == "triples":
-            out["predicates"] = [p.to_dict() for p in self.predicates]
-        else:
-            out["entity_types"] = list(self.entity_types)
+        out[self.task.labels_field] = self.task.labels_document(self.task.labels(self))
         return out
 
 
@@ -192,7 +176,7 @@ def manifest_document(
     *,
     name: str,
     version: str,
-    task: str,
+    task: str | Task,
     vocab_path: str,
     vocab_sha256: str,
     max_length: int,
@@ -205,17 +189,17 @@ def manifest_document(
     length_buckets: list[int] | None = None,
     batch_buckets: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Build a ``model.json`` document (what ``spo export`` and training write)."""
+    """Build a ``model.json`` document (what ``spo export`` and training write); of ``predicates``
+    and ``entity_types``, the one the task lists its labels in is written."""
+    kind = task_named(task)
     doc: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "name": name,
         "version": version,
-        "task": task,
+        "task": kind.value,
     }
-    if task == "triples":
-        doc["predicates"] = predicates or []
-    else:
-        doc["entity_types"] = entity_types or []
+    labels = {"predicates": predicates, "entity_types": entity_types}[kind.labels_field]
+    doc[kind.labels_field] = labels or []
     doc["vocab"] = {"path": vocab_path, "sha256": vocab_sha256}
     doc["do_lower_case"] = do_lower_case
     doc["max_length"] = max_length
@@ -340,6 +324,45 @@ def copy_vocab_in(directory: Path) -> Path | None:
     return manifest.vocab_path
 
 
+def _predicates(raw: list[Any]) -> tuple[PredicateSchema, ...]:
+    """The ``predicates`` of a triples model: unique, each with its subject and object types."""
+    if not raw:
+        raise _fail("predicates", "must list at least one predicate")
+    predicates = []
+    for i, item in enumerate(raw):
+        where = f"predicates[{i}]"
+        if not isinstance(item, dict):
+            raise _fail(where, "expected an object with predicate, subject_type, object_type")
+        predicates.append(
+            PredicateSchema(
+                predicate=_nonempty_str(item.get("predicate"), f"{where}.predicate"),
+                subject_type=_nonempty_str(item.get("subject_type"), f"{where}.subject_type"),
+                object_type=_nonempty_str(item.get("object_type"), f"{where}.object_type"),
+            )
+        )
+    names = [p.predicate for p in predicates]
+    if len(set(names)) != len(names):
+        raise _fail("predicates", "predicate names must be unique")
+    return tuple(predicates)
+
+
+def _entity_types(raw: list[Any]) -> tuple[str, ...]:
+    """The ``entity_types`` of an entities model: unique non-empty names."""
+    if not raw:
+        raise _fail("entity_types", "must list at least one entity type")
+    entity_types = [_nonempty_str(t, f"entity_types[{i}]") for i, t in enumerate(raw)]
+    if len(set(entity_types)) != len(entity_types):
+        raise _fail("entity_types", "entity types must be unique")
+    return tuple(entity_types)
+
+
+# A parser per kind of label, by the ``model.json`` field that lists it (``Task.labels_field``).
+_LABEL_PARSERS: dict[str, Callable[[list[Any]], tuple[Any, ...]]] = {
+    "predicates": _predicates,
+    "entity_types": _entity_types,
+}
+
+
 def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Manifest:
     """Validate a decoded ``model.json``; every error names the field."""
     if not isinstance(doc, dict):
@@ -353,37 +376,14 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     model_version = doc.get("version", "1")
     if not isinstance(model_version, str | int) or isinstance(model_version, bool):
         raise _fail("version", "expected a string")
-    task = _req(doc, "task", str)
-    if task not in TASKS:
-        raise _fail("task", f"expected one of {', '.join(TASKS)}, got {task!r}")
-
-    predicates: list[PredicateSchema] = []
-    entity_types: list[str] = []
-    if task == "triples":
-        raw_predicates = _req(doc, "predicates", list)
-        if not raw_predicates:
-            raise _fail("predicates", "must list at least one predicate")
-        for i, item in enumerate(raw_predicates):
-            where = f"predicates[{i}]"
-            if not isinstance(item, dict):
-                raise _fail(where, "expected an object with predicate, subject_type, object_type")
-            predicates.append(
-                PredicateSchema(
-                    predicate=_nonempty_str(item.get("predicate"), f"{where}.predicate"),
-                    subject_type=_nonempty_str(item.get("subject_type"), f"{where}.subject_type"),
-                    object_type=_nonempty_str(item.get("object_type"), f"{where}.object_type"),
-                )
-            )
-        names = [p.predicate for p in predicates]
-        if len(set(names)) != len(names):
-            raise _fail("predicates", "predicate names must be unique")
-    else:
-        raw_types = _req(doc, "entity_types", list)
-        if not raw_types:
-            raise _fail("entity_types", "must list at least one entity type")
-        entity_types = [_nonempty_str(t, f"entity_types[{i}]") for i, t in enumerate(raw_types)]
-        if len(set(entity_types)) != len(entity_types):
-            raise _fail("entity_types", "entity types must be unique")
+    task_name = _req(doc, "task", str)
+    if task_name not in TASK_NAMES:
+        raise _fail("task", f"expected one of {', '.join(TASK_NAMES)}, got {task_name!r}")
+    task = task_named(task_name)
+    labels_by_field: dict[str, Any] = {field: () for field in _LABEL_PARSERS}
+    labels_by_field[task.labels_field] = _LABEL_PARSERS[task.labels_field](
+        _req(doc, task.labels_field, list)
+    )
 
     vocab = _req(doc, "vocab", dict)
     vocab_rel = _nonempty_str(vocab.get("path"), "vocab.path")
@@ -428,10 +428,10 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     output_names: tuple[str, ...] | None = None
     if doc.get("outputs") is not None:
         outputs = _req(doc, "outputs", list)
-        expected = 3 if task == "triples" else 1
-        if len(outputs) != expected:
+        if len(outputs) != task.n_outputs:
             raise _fail(
-                "outputs", f"task {task} needs {expected} output tensor names, got {len(outputs)}"
+                "outputs",
+                f"task {task} needs {task.n_outputs} output tensor names, got {len(outputs)}",
             )
         output_names = tuple(_nonempty_str(o, f"outputs[{i}]") for i, o in enumerate(outputs))
 
@@ -467,8 +467,8 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         name=name,
         version=str(model_version),
         task=task,
-        predicates=tuple(predicates),
-        entity_types=tuple(entity_types),
+        predicates=labels_by_field["predicates"],
+        entity_types=labels_by_field["entity_types"],
         vocab_path=vocab_path,
         vocab_sha256=vocab_sha,
         do_lower_case=do_lower_case,

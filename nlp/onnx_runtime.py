@@ -14,8 +14,6 @@ this engine is a ``ModelLoadError`` that names the install command.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -25,10 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nlp import engine
 from nlp.config import LoadOptions
+from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
-from nlp.protocols import WarmedShapes
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +48,6 @@ def import_onnxruntime() -> Any:
             field="engine",
         ) from exc
     return onnxruntime
-
-
-def _release_free_heap() -> None:
-    """Hand glibc's free heap pages back after loading and warm-up (as ``nlp.runtime`` does)."""
-    with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 class OnnxRuntime(WarmedShapes):
@@ -102,12 +95,13 @@ class OnnxRuntime(WarmedShapes):
             )
         except Exception as exc:  # onnxruntime raises its own exception types for a bad file
             raise ModelLoadError(f"cannot load the ONNX model {self.model_file}: {exc}") from exc
-        self._input_names, self.input_dtypes = self._resolve_inputs(input_names)
-        self._output_names = self._resolve_outputs(output_names, n_outputs)
+        self._input_names, self.input_dtypes, self._output_names = self._resolve(
+            input_names, output_names, n_outputs
+        )
         self.load_seconds = time.perf_counter() - started
         started = time.perf_counter()
         self._warm(vocab_size, seed)
-        _release_free_heap()
+        engine.release_free_heap()
         self.warm_seconds = time.perf_counter() - started
         self.op_count = 0  # no graph to grow: the session's plan is fixed at load
         logger.info(
@@ -133,69 +127,54 @@ class OnnxRuntime(WarmedShapes):
             raise ModelLoadError(f"{manifest.directory} is not an onnx model directory")
         return cls(
             manifest.engine_spec.file,
-            shapes=shapes,
-            input_names=manifest.input_names,
-            output_names=manifest.output_names,
-            n_outputs=manifest.n_outputs,
-            vocab_size=vocab_size,
-            intra_op_threads=options.intra_op_threads,
-            inter_op_threads=options.inter_op_threads,
-            precision=options.precision,
+            **engine.load_arguments(manifest, options, shapes, vocab_size),
         )
 
-    def _resolve_inputs(
-        self, names: tuple[str, str] | None
-    ) -> tuple[tuple[str, str], tuple[Any, Any]]:
-        declared = {i.name: i for i in self._session.get_inputs()}
-        if names is None:
-            if len(declared) != 2:
-                raise ModelLoadError(
-                    f"{self.model_file} has inputs {sorted(declared)}; expected token and segment ids",
-                    field="inputs",
-                )
-            keys = sorted(declared)
-            token = next((k for k in keys if "token" in k.lower()), keys[0])
-            names = (token, next(k for k in keys if k != token))
-        dtypes = []
-        for i, name in enumerate(names):
-            node = declared.get(name)
-            if node is None:
-                raise ModelLoadError(
-                    f"inputs[{i}]: {name!r} is not an input of {self.model_file} "
-                    f"(it has {sorted(declared)})",
-                    field=f"inputs[{i}]",
-                )
-            if len(node.shape) != 2 or node.type not in _NUMPY_TYPES:
-                raise ModelLoadError(
-                    f"input {name} is {node.type} of rank {len(node.shape)}; expected a rank-2 "
-                    "(batch, length) float or integer tensor",
-                    field=f"inputs[{i}]",
-                )
-            dtypes.append(_NUMPY_TYPES[node.type])
-        return (names[0], names[1]), (dtypes[0], dtypes[1])
+    def _resolve(
+        self,
+        input_names: tuple[str, str] | None,
+        output_names: Sequence[str] | None,
+        n_outputs: int,
+    ) -> tuple[tuple[str, str], tuple[Any, Any], list[str]]:
+        """Input names, their numpy dtypes and output names (``nlp.engine.resolve_tensors``), by the
+        names in ``model.json`` or else the model's own."""
+        declared = {
+            "inputs": {i.name: i for i in self._session.get_inputs()},
+            "outputs": {o.name: o for o in self._session.get_outputs()},
+        }
 
-    def _resolve_outputs(self, names: Sequence[str] | None, n_outputs: int) -> list[str]:
-        declared = {o.name: o for o in self._session.get_outputs()}
-        resolved = list(names) if names is not None else sorted(declared)
-        if len(resolved) != n_outputs:
-            raise ModelLoadError(
-                f"the model has {len(resolved)} outputs, the task needs {n_outputs}",
-                field="outputs",
-            )
-        for i, name in enumerate(resolved):
-            node = declared.get(name)
+        def lookup(name: str, field: str) -> Any:
+            kind = field.partition("[")[0]
+            node = declared[kind].get(name)
             if node is None:
                 raise ModelLoadError(
-                    f"outputs[{i}]: {name!r} is not an output of {self.model_file}",
-                    field=f"outputs[{i}]",
+                    f"{field}: {name!r} is not an {kind[:-1]} of {self.model_file} "
+                    f"(it has {sorted(declared[kind])})",
+                    field=field,
                 )
-            if len(node.shape) != 4:
+            return node
+
+        inputs, outputs = engine.resolve_tensors(
+            input_names,
+            output_names,
+            n_outputs,
+            signature=({n: n for n in declared["inputs"]}, {n: n for n in declared["outputs"]}),
+            where=str(self.model_file),
+            lookup=lookup,
+            rank=lambda node: len(node.shape),
+        )
+        for i, node in enumerate(inputs):
+            if node.type not in _NUMPY_TYPES:
                 raise ModelLoadError(
-                    f"output {name} has rank {len(node.shape)}, expected 4 "
-                    "(batch, heads, length, length)",
-                    field=f"outputs[{i}]",
+                    f"input {node.name} is {node.type}; expected a (batch, length) float or "
+                    "integer tensor",
+                    field=f"inputs[{i}]",
                 )
-        return resolved
+        return (
+            (inputs[0].name, inputs[1].name),
+            (_NUMPY_TYPES[inputs[0].type], _NUMPY_TYPES[inputs[1].type]),
+            [o.name for o in outputs],
+        )
 
     def _run(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]

@@ -28,7 +28,6 @@ import numpy as np
 
 from nlp.bucketing import BucketSpec, pad_batch, plan_batches
 from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
-from nlp.decoding import decode_spans, decode_triples
 from nlp.errors import DeadlineExceeded, RequestTooLarge
 from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
@@ -167,7 +166,7 @@ class Extractor:
         """Validate the model directory, load the SavedModel, warm every bucket shape.
 
         ``options``: a ``LoadOptions``, or a model directory; ``changes`` replace ``LoadOptions``
-        fields (``Extractor.load("models/demo", precision="bf16")``). ``nlp.config.load_extractor`` is
+        fields (``Extractor.load("models/demo", precision="bf16")``). ``nlp.loader.load_extractor`` is
         the same, importable without TensorFlow.
         """
         if not isinstance(options, LoadOptions):
@@ -299,28 +298,15 @@ class Extractor:
     ) -> None:
         i = window.text_index
         text, encoding = texts[i], encodings[i]
-        n_tokens = window.stop - window.start
-        threshold = self.manifest.threshold
-        if self.manifest.task == "entities":
-            for found in decode_spans(outputs[0], n_tokens, threshold):
-                span = self._span(text, encoding, window, *found.span)
-                entities[i].add(Entity(span, self.manifest.entity_types[found.label]))
-            return
-        schemas = self.manifest.predicates
-        made: dict[tuple[tuple[int, int], str], Entity] = {}
-
-        def entity(span: tuple[int, int], type_: str) -> Entity:
-            key = (span, type_)
-            if key not in made:
-                made[key] = Entity(self._span(text, encoding, window, *span), type_)
-            return made[key]
-
-        for t in decode_triples(outputs[0], outputs[1], outputs[2], n_tokens, threshold):
-            schema = schemas[t.predicate]
-            subject = entity(t.subject, schema.subject_type)
-            obj = entity(t.object, schema.object_type)
-            triples[i].add(Triple(subject, schema.predicate, obj))
-        entities[i].update(made.values())
+        found_entities, found_triples = self.manifest.task.decode(
+            outputs,
+            window.stop - window.start,
+            self.manifest.threshold,
+            self.manifest,
+            lambda head, tail: self._span(text, encoding, window, head, tail),
+        )
+        entities[i].update(found_entities)
+        triples[i].update(found_triples)
 
     def close(self) -> None:
         self.runtime.close()

@@ -1,10 +1,11 @@
 """The two interfaces between the stages, written down: ``Runtime`` and ``ExtractorLike``.
 
 ``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime`` and
-``nlp.onnx_runtime.OnnxRuntime`` implement it (both through ``WarmedShapes``, the warm-up and shape check
-they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``), which is how they sit
-under the same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch
-command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). No TensorFlow here.
+``nlp.onnx_runtime.OnnxRuntime`` implement it (both through ``nlp.engine.WarmedShapes``, the warm-up
+and shape check they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``),
+which is how they sit under the same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch
+command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). Protocols only: no
+implementation, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
 import numpy.typing as npt
 
-from nlp.errors import InvalidInput
 from nlp.manifest import Manifest
 from nlp.types import Extraction
 
@@ -38,49 +37,6 @@ class Runtime(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class WarmedShapes:
-    """The bucketed-shape half of ``Runtime``, shared by both engines (``SessionRuntime``,
-    ``OnnxRuntime``): every shape is run once at load, and ``run`` refuses any other.
-
-    A subclass sets ``shapes`` (and empty ``shapes_fed``, ``runs = 0``), implements ``_run`` (one
-    unchecked model call), and calls ``_warm`` once loaded.
-    """
-
-    shapes: frozenset[tuple[int, int]]
-    shapes_fed: set[tuple[int, int]]
-    runs: int
-
-    def _run(
-        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
-    ) -> list[npt.NDArray[Any]]:
-        raise NotImplementedError
-
-    def _warm(self, vocab_size: int, seed: int) -> None:
-        """Run every shape once with full-size inputs (no padding), so the first real requests of
-        each shape allocate nothing new."""
-        rng = np.random.default_rng(seed)
-        low = min(5, vocab_size - 1)
-        for batch, length in sorted(self.shapes):
-            ids = rng.integers(low, vocab_size, size=(batch, length), dtype=np.int64)
-            self._run(ids, np.zeros_like(ids))
-        self.runs = 0
-
-    def check_shape(self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]) -> None:
-        """``InvalidInput`` unless both arrays have one and the same warmed shape."""
-        shape = tuple(token_ids.shape)
-        if shape not in self.shapes or segment_ids.shape != token_ids.shape:
-            raise InvalidInput(f"input shape {shape} is not one of the warmed bucket shapes")
-
-    def run(
-        self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]
-    ) -> list[npt.NDArray[Any]]:
-        """Model outputs (numpy, ``(batch, heads, length, length)`` each) for one bucketed batch."""
-        self.check_shape(token_ids, segment_ids)
-        self.shapes_fed.add((token_ids.shape[0], token_ids.shape[1]))
-        self.runs += 1
-        return self._run(token_ids, segment_ids)
 
 
 class ExtractorLike(Protocol):

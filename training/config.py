@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp.config import DEMO_VOCAB
+from nlp.tasks import Task
 
 # 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
 DEMO_BERT_CONFIG: dict[str, Any] = {
@@ -26,7 +27,8 @@ DEMO_BERT_CONFIG: dict[str, Any] = {
 }
 
 
-TASKS = ("triples", "entities")
+# The model name (and ``spo train``'s output folder under models/) of each task, unless given.
+DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 
 
 @dataclass

@@ -22,8 +22,11 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
+
+from nlp.tasks import Task
 
 TripleKey = tuple[str, str, str]
 EntityKey = tuple[int, int, str]
@@ -288,11 +291,41 @@ def model_precision(model_dir: str | Path) -> str:
     return load_manifest(model_dir).precision
 
 
+def _shown_entities(items: set[Any], text: str) -> list[Any]:
+    return [[s, e, t, text[s:e]] for s, e, t in sorted(items)]
+
+
+def _shown_triples(items: set[Any], text: str) -> list[Any]:
+    return sorted(items)
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """How a task's output is scored: ``predict`` and ``gold`` items per record, the name of an
+    item's ``label`` and how to read it (``label_of``), how a wrong item is ``shown``."""
+
+    predict: Callable[[Any, Sequence[str]], list[set[Any]]]
+    gold: Callable[[dict[str, Any]], set[Any]]
+    label: str
+    label_of: Callable[[Any], str]
+    shown: Callable[[set[Any], str], list[Any]]
+
+
+SCORING = {
+    Task.TRIPLES: _Scoring(
+        predict_triples, gold_triples, "predicate", itemgetter(1), _shown_triples
+    ),
+    Task.ENTITIES: _Scoring(
+        predict_entities, gold_entities, "type", itemgetter(2), _shown_entities
+    ),
+}
+
+
 @dataclass(frozen=True)
 class _Run:
     """A model's predictions on records and their gold, for the model's task."""
 
-    task: str
+    task: Task
     labels: tuple[str, ...]  # the model's predicates or entity types, in output order
     predicted: list[set[Any]]
     gold: list[set[Any]]
@@ -306,31 +339,23 @@ def _predict(
     texts = [r["text"] for r in records]
     with Extractor.load(model_dir, precision=precision or model_precision(model_dir)) as extractor:
         manifest = extractor.manifest
-        predicted: list[set[Any]]
-        gold: list[set[Any]]
-        if manifest.task == "entities":
-            predicted = predict_entities(extractor, texts)
-            gold = [gold_entities(r) for r in records]
-        else:
-            predicted = predict_triples(extractor, texts)
-            gold = [gold_triples(r) for r in records]
+        scoring = SCORING[manifest.task]
+        predicted = scoring.predict(extractor, texts)
+        gold = [scoring.gold(r) for r in records]
         return _Run(manifest.task, manifest.labels, predicted, gold)
 
 
 def report(records: Sequence[dict[str, Any]], run: _Run) -> Report:
     """The scores of ``run`` on ``records``: overall, per label, per pattern."""
     overall = score(run.predicted, run.gold)
-    if run.task == "entities":
-        label, of = "type", (lambda x: x[2])
-    else:
-        label, of = "predicate", (lambda x: x[1])
+    scoring = SCORING[run.task]
     return Report(
         overall.true_positives,
         overall.predicted,
         overall.gold,
         overall.records,
-        label=label,
-        by_label=score_by_label(run.predicted, run.gold, of, run.labels),
+        label=scoring.label,
+        by_label=score_by_label(run.predicted, run.gold, scoring.label_of, run.labels),
         by_pattern=score_by_pattern(
             [r.get("patterns", []) for r in records], run.predicted, run.gold
         ),
@@ -349,11 +374,7 @@ def evaluate(
     """
     records = read_records(Path(data_path))
     run = _predict(model_dir, precision, records)
-
-    def shown(items: set[Any], text: str) -> list[Any]:
-        if run.task == "entities":
-            return [[s, e, t, text[s:e]] for s, e, t in sorted(items)]
-        return sorted(items)
+    shown = SCORING[run.task].shown
 
     errors = []
     for r, p, g in zip(records, run.predicted, run.gold, strict=True):

@@ -23,6 +23,7 @@ with quiet_tensorflow():
     import tensorflow as tf
 
 from nlp.manifest import VOCAB_NAME, write_manifest
+from nlp.tasks import Task
 
 EXPORT_MODES = ("graph", "tf2")
 
@@ -102,7 +103,7 @@ def export_model_dir(
 # -- spo export: users' own bert4keras GPLinker / GlobalPointer NER models ------------------------
 
 
-def read_schema(path: str | Path) -> tuple[str, list[Any]]:
+def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
     """Read a schema file; returns ``(task, items)``.
 
     Accepted: DuIE ``all_50_schemas`` (JSON lines, one ``{"object_type", "predicate",
@@ -126,7 +127,7 @@ def read_schema(path: str | Path) -> tuple[str, list[Any]]:
     if not isinstance(data, list) or not data:
         raise ValueError(f"{path}: expected a non-empty list of schema entries")
     if all(isinstance(item, str) for item in data):
-        return "entities", list(dict.fromkeys(data))
+        return Task.ENTITIES, list(dict.fromkeys(data))
     predicates: dict[str, dict[str, str]] = {}
     for i, item in enumerate(data):
         if not isinstance(item, dict) or "predicate" not in item:
@@ -142,7 +143,7 @@ def read_schema(path: str | Path) -> tuple[str, list[Any]]:
                 "object_type": str(obj),
             },
         )
-    return "triples", list(predicates.values())
+    return Task.TRIPLES, list(predicates.values())
 
 
 def export_user_model(
@@ -177,10 +178,10 @@ def export_user_model(
     if "vocab_size" not in config:
         config["vocab_size"] = sum(1 for _ in vocab.open(encoding="utf-8"))
 
+    builders = {Task.TRIPLES: build_gplinker, Task.ENTITIES: build_ner}
+
     def build() -> Any:
-        if task == "triples":
-            return build_gplinker(config, len(items), head_size=head_size)
-        return build_ner(config, len(items), head_size=head_size)
+        return builders[task](config, len(items), head_size=head_size)
 
     model = build()
     model.load_weights(str(weights_path))
@@ -188,8 +189,8 @@ def export_user_model(
         name=name,
         version=version,
         task=task,
-        predicates=items if task == "triples" else None,
-        entity_types=items if task == "entities" else None,
+        predicates=items,  # the task's labels field is the one written
+        entity_types=items,
         vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(vocab),
         max_length=max_length,

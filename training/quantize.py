@@ -258,7 +258,8 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
     """The parent's frozen, bias-folded GraphDef, its input and output tensor names, and dtypes."""
     import tensorflow as tf
 
-    from nlp.runtime import SIGNATURE, freeze_graph_def
+    from nlp.runtime import SIGNATURE
+    from nlp.tf_graph import freeze_graph_def
 
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as session:
@@ -457,7 +458,7 @@ def quantize(
     parent = check_parent(model_dir)
     out = check_out_dir(out_dir, model_dir, force=force)
     version = tool_version()
-    from nlp.runtime import int8_support
+    from nlp.engine import int8_support
 
     reason = int8_support()
     if reason is not None:

@@ -31,8 +31,9 @@ from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
+from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
-from training.config import TASKS, TrainConfig
+from training.config import DEFAULT_NAMES, TrainConfig
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -153,12 +154,13 @@ def make_batch(
     for i, ex in enumerate(examples):
         tokens[i, : len(ex.token_ids)] = ex.token_ids
     segments = np.zeros_like(tokens)
-    entity = np.array([_pad_labels(ex.entity, MAX_ENTITY_LABELS) for ex in examples], dtype="int32")
-    if task == "entities":
-        return [tokens, segments], [entity]
-    head = np.array([_pad_labels(ex.head, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
-    tail = np.array([_pad_labels(ex.tail, MAX_PAIR_LABELS) for ex in examples], dtype="int32")
-    return [tokens, segments], [entity, head, tail]
+    # The label arrays of the task's outputs, in role order (the first n of these).
+    fields = (("entity", MAX_ENTITY_LABELS), ("head", MAX_PAIR_LABELS), ("tail", MAX_PAIR_LABELS))
+    labels = [
+        np.array([_pad_labels(getattr(ex, name), size) for ex in examples], dtype="int32")
+        for name, size in fields[: task_named(task).n_outputs]
+    ]
+    return [tokens, segments], labels
 
 
 def plan_epoch(
@@ -210,18 +212,19 @@ def _warmup_linear_decay(peak: float, warmup: int, total: int) -> Any:
 
 def train(config: TrainConfig) -> Path:
     """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
-    if config.task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {config.task!r}")
+    if config.task not in TASK_NAMES:
+        raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
+    task = task_named(config.task)
     seed_everything(config.seed)
     from bert4keras.backend import keras
 
     from training.export import export_model_dir
     from training.gplinker import build_gplinker, build_ner
 
-    entities_task = config.task == "entities"
     schema = schema_documents()
-    predicates = [p["predicate"] for p in schema]
-    labels = list(ENTITY_TYPES) if entities_task else predicates
+    labels = {Task.TRIPLES: [p["predicate"] for p in schema], Task.ENTITIES: list(ENTITY_TYPES)}[
+        task
+    ]
     tokenizer = Tokenizer.from_file(config.vocab_path)
     bert_config = {**config.bert_config, "vocab_size": tokenizer.vocab_size}
     if config.dropout is not None:
@@ -234,14 +237,14 @@ def train(config: TrainConfig) -> Path:
 
     with config.train_path.open(encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
-    encode = encode_entities if entities_task else encode_record
+    encode = {Task.TRIPLES: encode_record, Task.ENTITIES: encode_entities}[task]
     examples = [encode(r, tokenizer, labels, config.max_length) for r in records]
     logger.info("%d %s training examples from %s", len(examples), config.task, config.train_path)
 
+    build_model = {Task.TRIPLES: build_gplinker, Task.ENTITIES: build_ner}[task]
+
     def build() -> Any:
-        if entities_task:
-            return build_ner(bert_config, len(labels), head_size=config.head_size)
-        return build_gplinker(bert_config, len(labels), head_size=config.head_size)
+        return build_model(bert_config, len(labels), head_size=config.head_size)
 
     model = build()
     rng = random.Random(config.seed)
@@ -251,8 +254,7 @@ def train(config: TrainConfig) -> Path:
     optimizer = keras.optimizers.Adam(
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
-    n_outputs = 1 if entities_task else 3
-    model.compile(loss=[globalpointer_crossentropy] * n_outputs, optimizer=optimizer)
+    model.compile(loss=[globalpointer_crossentropy] * task.n_outputs, optimizer=optimizer)
 
     started = time.monotonic()
     deadline = started + config.max_minutes * 60
@@ -289,11 +291,11 @@ def train(config: TrainConfig) -> Path:
     logger.info("trained %d steps in %.1f min", step, minutes)
 
     doc = manifest_document(
-        name=config.name or ("ner" if entities_task else "demo"),
+        name=config.name or DEFAULT_NAMES[task],
         version=config.version,
         task=config.task,
-        predicates=None if entities_task else schema,
-        entity_types=labels if entities_task else None,
+        predicates=schema,  # the task's labels field is the one written
+        entity_types=labels,
         vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,

@@ -57,7 +57,8 @@ from app.batch.workers import (
 )
 from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
 from app.sizing import Machine, estimate_worker_rss_mib, plan
-from nlp.config import DEFAULT_MAX_TEXT_CHARS, DEFAULT_PRECISION, LoadOptions, load_extractor
+from nlp.config import DEFAULT_MAX_TEXT_CHARS, DEFAULT_PRECISION, LoadOptions
+from nlp.loader import load_extractor
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ INTERNAL_ERROR_OUTCOME = encode_outcome(
     }
 )
 
-# Loads a worker's extractor: ``nlp.config.load_extractor``, or a picklable fake in tests.
+# Loads a worker's extractor: ``nlp.loader.load_extractor``, or a picklable fake in tests.
 ExtractorFactory = Callable[[LoadOptions], ExtractorLike]
 HANG_GRACE_S = 60.0
 

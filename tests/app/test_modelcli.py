@@ -4,7 +4,7 @@ import sys
 from click.testing import CliRunner
 
 from app.cli import main
-from nlp import runtime as runtime_module
+from nlp import engine
 
 EVERYDAY = "tests/training/data/everyday.jsonl"
 
@@ -96,7 +96,7 @@ def test_evaluate_text_format_is_for_one_model(triples_model_dir):
 
 
 def test_evaluate_refuses_bf16_on_a_cpu_without_it(triples_model_dir, monkeypatch):
-    monkeypatch.setattr(runtime_module, "cpu_supports_bf16", lambda: False)
+    monkeypatch.setattr(engine, "cpu_supports_bf16", lambda: False)
     result = CliRunner().invoke(
         main, ["evaluate", EVERYDAY, "--model", str(triples_model_dir), "--precision", "bf16"]
     )

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from nlp import _graph_rewrites as rewrites
+from nlp import engine
 from nlp import runtime as runtime_module
 from nlp.manifest import load_manifest
 from nlp.runtime import SessionRuntime
@@ -70,7 +71,7 @@ def test_rewritten_graph_gives_the_original_scores(jittered_model_dir):
     assert rewritten.rewrites["flatten_dense_inputs"] == 2 * 6 + 3 * 2
     ops = [op.type for op in rewritten._graph.get_operations()]
     assert not {"BroadcastTo", "VarHandleOp", "ReadVariableOp"} & set(ops)
-    if runtime_module._onednn_layer_norm():
+    if engine._onednn_layer_norm():
         assert rewritten.rewrites["rewrite_layer_norms"] == 5
         assert ops.count("_MklLayerNorm") == 5 and "DivNoNan" not in ops
     _assert_same_scores(reference, rewritten)
@@ -142,7 +143,7 @@ def _layer_norm_graph(epsilon):
     return graph
 
 
-@pytest.mark.skipif(not runtime_module._onednn_layer_norm(), reason="no oneDNN layer norm here")
+@pytest.mark.skipif(not engine._onednn_layer_norm(), reason="no oneDNN layer norm here")
 def test_layer_norm_rewrite_is_exact_and_keeps_epsilon():
     graph = _layer_norm_graph(1e-12)
     graph_def = graph.as_graph_def()
@@ -250,7 +251,7 @@ def test_pointer_mask_stays_when_the_fill_is_not_minus_infinity():
     assert rewrites.mask_pointer_scores_once(graph_def) == 0
 
 
-@pytest.mark.skipif(not runtime_module._onednn_layer_norm(), reason="no oneDNN layer norm here")
+@pytest.mark.skipif(not engine._onednn_layer_norm(), reason="no oneDNN layer norm here")
 def test_layer_norm_rewrite_reads_a_zero_written_without_values():
     """``spo quantize`` (Intel Neural Compressor) writes the LayerNorm's ``maximum(var + eps, 0)``
     zero as a tensor proto with no values, which TensorFlow reads as zeros."""
@@ -309,7 +310,7 @@ def _quantized_dense_gelu_graph(extra_consumer):
     return graph
 
 
-@pytest.mark.skipif(runtime_module.int8_support() is not None, reason="no oneDNN int8 here")
+@pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
 def test_quantized_gelu_fusion_is_exact():
     graph_def = _quantized_dense_gelu_graph(extra_consumer=False).as_graph_def()
     x = np.random.default_rng(6).normal(0, 1.5, (4, 3, 16)).astype(np.float32)

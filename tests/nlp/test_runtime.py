@@ -4,7 +4,8 @@ import shutil
 import numpy as np
 import pytest
 
-from nlp import runtime as runtime_module
+from bench.profile import op_time_by_type
+from nlp import engine, tf_graph
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
 from nlp.manifest import load_manifest
 from nlp.runtime import SessionRuntime
@@ -93,7 +94,7 @@ def test_runtime_bad_savedmodel_is_a_model_load_error(triples_model_dir, tmp_pat
 
 
 def test_runtime_bf16_is_refused_on_cpus_without_it(triples_model_dir, monkeypatch):
-    monkeypatch.setattr(runtime_module, "cpu_supports_bf16", lambda: False)
+    monkeypatch.setattr(engine, "cpu_supports_bf16", lambda: False)
     with pytest.raises(UnsupportedPrecision, match="bf16"):
         _runtime(triples_model_dir, precision="bf16")
     with pytest.raises(UnsupportedPrecision):
@@ -101,24 +102,24 @@ def test_runtime_bf16_is_refused_on_cpus_without_it(triples_model_dir, monkeypat
 
 
 def test_runtime_int8_is_refused_with_the_probe_reason(triples_model_dir, monkeypatch):
-    monkeypatch.setattr(runtime_module, "int8_support", lambda: "no oneDNN in this test")
+    monkeypatch.setattr(engine, "int8_support", lambda: "no oneDNN in this test")
     with pytest.raises(UnsupportedPrecision, match="int8 cannot run here: no oneDNN in this test"):
         _runtime(triples_model_dir, precision="int8")
 
 
 def test_runtime_int8_probe_names_what_is_missing(monkeypatch):
-    monkeypatch.setattr(runtime_module, "_onednn_enabled", lambda: False)
-    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx512_vnni", "avx2"})
-    assert "TF_ENABLE_ONEDNN_OPTS=0" in runtime_module.int8_support()
-    monkeypatch.setattr(runtime_module, "_onednn_enabled", lambda: True)
-    assert runtime_module.int8_support() is None
-    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})
-    assert "no int8 dot-product instructions" in runtime_module.int8_support()
-    monkeypatch.setattr(runtime_module, "_cpu_flags", lambda: {"avx2", "avx_vnni"})
-    assert runtime_module.int8_support() is None
+    monkeypatch.setattr(engine, "_onednn_enabled", lambda: False)
+    monkeypatch.setattr(engine, "_cpu_flags", lambda: {"avx512_vnni", "avx2"})
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in engine.int8_support()
+    monkeypatch.setattr(engine, "_onednn_enabled", lambda: True)
+    assert engine.int8_support() is None
+    monkeypatch.setattr(engine, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})
+    assert "no int8 dot-product instructions" in engine.int8_support()
+    monkeypatch.setattr(engine, "_cpu_flags", lambda: {"avx2", "avx_vnni"})
+    assert engine.int8_support() is None
 
 
-@pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
+@pytest.mark.skipif(not engine.cpu_supports_bf16(), reason="this CPU has no bf16 support")
 def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
     fp32 = _runtime(triples_model_dir)
     bf16 = _runtime(triples_model_dir, precision="bf16")
@@ -131,7 +132,7 @@ def test_runtime_bf16_runs_and_stays_close_to_fp32(triples_model_dir):
     assert bf16.frozen and not fp32.frozen  # runtime_module.FROZEN_PRECISIONS
 
 
-@pytest.mark.skipif(not runtime_module.cpu_supports_bf16(), reason="this CPU has no bf16 support")
+@pytest.mark.skipif(not engine.cpu_supports_bf16(), reason="this CPU has no bf16 support")
 def test_runtime_bf16_serves_an_export_it_cannot_freeze(tf2_model_dir, caplog):
     """A TF2 export's weights live in library functions: bf16 keeps the variables and still runs."""
     fp32 = _runtime(tf2_model_dir)
@@ -149,7 +150,7 @@ def test_freezing_and_bias_folding_keep_the_scores(triples_model_dir):
     import tensorflow as tf
 
     reference = _runtime(triples_model_dir)
-    graph_def = runtime_module._freeze(
+    graph_def = tf_graph._freeze(
         reference._session, reference._graph, [t.name for t in reference._outputs]
     )
     assert not [n for n in graph_def.node if n.op in ("VarHandleOp", "VariableV2")]
@@ -181,18 +182,18 @@ def test_bias_folding_leaves_other_bias_adds_alone():
             tf.reshape(x, [-1, 2, 2]), tf.constant(np.ones(2, np.float32)), name="noreshape"
         )
     graph_def = graph.as_graph_def()
-    assert runtime_module._fold_bias_adds(graph_def) == 0
+    assert tf_graph._fold_bias_adds(graph_def) == 0
     assert [n.name for n in graph_def.node if n.op == "BiasAdd"] == ["direct", "noreshape"]
 
 
 def test_runtime_op_time_by_type_traces_one_call_at_a_warmed_shape(triples_model_dir):
     rt = _runtime(triples_model_dir)
     ids = np.array([[2, 40, 41, 3] + [0] * 12], dtype=np.int32)
-    spent = rt.op_time_by_type(ids, np.zeros_like(ids))
+    spent = op_time_by_type(rt, ids, np.zeros_like(ids))
     assert spent and all(ms >= 0 for ms in spent.values())
     assert any("MatMul" in t or "Einsum" in t for t in spent)  # the types the runtime ran
     assert rt.runs == 0  # a profile is not a request
     with pytest.raises(InvalidInput, match="bucket"):
-        rt.op_time_by_type(np.zeros((3, 16), dtype=np.int32), np.zeros((3, 16), dtype=np.int32))
+        op_time_by_type(rt, np.zeros((3, 16), dtype=np.int32), np.zeros((3, 16), dtype=np.int32))
     assert rt.graph_op_count == rt.op_count  # tracing creates no node
     rt.close()

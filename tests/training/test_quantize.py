@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
-from nlp import runtime as runtime_module
+from nlp import engine
 from tests import PROJECT_ROOT
 from training import quantize as quantize_module
 from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
@@ -249,7 +249,7 @@ def test_quantize_int8_model_serves_only_as_int8(int8_demo_dir: Path) -> None:
         assert extractor.runtime.rewrites["fuse_quantized_gelus"] == 6
         assert extractor.runtime.rewrites["flatten_dense_inputs"] == 42
         assert "_QuantizedMatMul" in ops and "Erf" not in ops
-        if runtime_module._onednn_layer_norm():
+        if engine._onednn_layer_norm():
             assert extractor.runtime.rewrites["rewrite_layer_norms"] == 13
         assert extractor.runtime.graph_op_count == extractor.runtime.op_count  # finalized
         found = extractor.extract("李白，字太白，出生于碎叶城。")
