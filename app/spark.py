@@ -301,7 +301,7 @@ class ShippedModel:
 
 #: Where ``ship_model`` keeps its archives; they are named by content, so a rerun reuses its archive.
 ARCHIVE_DIR = Path(tempfile.gettempdir()) / "spo-spark-models"
-_ADDED: dict[tuple[int, str], ShippedModel] = {}
+_ADDED: dict[tuple[str, str], ShippedModel] = {}  # (application id, archive name)
 
 
 def tree_sha256(directory: Path) -> str:
@@ -374,7 +374,7 @@ def ship_model(spark: SparkSession, model_dir: str | Path) -> ShippedModel:
     once per Python process. Pass the result as ``model`` to ``extract_records``/``extract_dataframe``.
     """
     shipped = pack_model(model_dir)
-    key = (id(spark.sparkContext), shipped.name)
+    key = (spark.sparkContext.applicationId, shipped.name)
     if key not in _ADDED:
         spark.sparkContext.addArchive(str(shipped.archive))
         _ADDED[key] = shipped
