@@ -1,4 +1,5 @@
-"""Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``, ``spo export-onnx``.
+"""Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``, ``spo export-onnx``,
+``spo quantize``, ``spo copy-vocab``.
 
 Thin click wrappers over ``training.*``, the only command lines of those modules (imported inside each
 command, so ``spo --help`` stays fast; ``training.config`` is light: it gives ``spo train`` its
@@ -15,7 +16,7 @@ from pathlib import Path
 import click
 
 from app.options import precision_option
-from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR, DEMO_VOCAB, PRECISIONS
+from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from training.config import TASKS, TrainConfig
 
 
@@ -52,7 +53,8 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Model directory to write [default: models/demo, or models/ner with --task entities].",
+    help="Model directory to write [default: models/demo, or models/ner with --task entities, "
+    "under the working directory].",
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
 @click.option(
@@ -100,7 +102,7 @@ def train_command(
     from training.train import train
 
     if out is None:
-        out = DEMO_NER_MODEL_DIR if task == "entities" else DEMO_MODEL_DIR
+        out = Path("models", "ner" if task == "entities" else "demo")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = train(
         TrainConfig(
@@ -342,6 +344,24 @@ def quantize_command(
     click.echo(f"int8 model written to {result}")
 
 
+@click.command("copy-vocab")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def copy_vocab_command(model_dir: Path) -> None:
+    """Make MODEL_DIR self-contained: copy the vocab it names outside itself (the old layout,
+    vocab/vocab.txt relative to the project root) in as vocab.txt, and point model.json at it."""
+    from nlp.errors import SpoError
+    from nlp.manifest import copy_vocab_in
+
+    try:
+        old = copy_vocab_in(model_dir)
+    except SpoError as exc:
+        raise click.ClickException(exc.message) from exc
+    if old is None:
+        click.echo(f"{model_dir} holds its vocab already; nothing to do")
+    else:
+        click.echo(f"{model_dir}: copied {old} in as vocab.txt; model.json names it")
+
+
 COMMANDS = (
     make_corpus,
     train_command,
@@ -349,4 +369,5 @@ COMMANDS = (
     export_command,
     export_onnx_command,
     quantize_command,
+    copy_vocab_command,
 )

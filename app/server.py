@@ -9,6 +9,9 @@ gunicorn runs as ``python -m app.master``: its own master with the model-aware s
 ``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
 a private unix socket and supervises both.
 
+The two templates, ``deploy/gunicorn.conf.py`` and ``deploy/nginx.conf``, are package data (the
+``spo_deploy`` package: ``deploy/`` in a checkout, ``site-packages/spo_deploy`` when installed), found
+with importlib.resources so that ``spo serve`` works from any directory.
 ``render_nginx_conf`` fills ``deploy/nginx.conf`` for a given listen address and upstream. It never
 renders ``user root;``: started as root, nginx's workers run as ``nginx_worker_user()`` (``nobody``), so
 the prefix directory must be reachable by that user; as any other user no ``user`` line is needed.
@@ -17,6 +20,7 @@ the prefix directory must be reachable by that user; as any other user no ``user
 from __future__ import annotations
 
 import grp
+import importlib.resources
 import os
 import pwd
 import re
@@ -30,10 +34,9 @@ import click
 
 from app.master import check_model_dir
 from app.settings import JEMALLOC_PATH, Settings, SettingsError
-from nlp.config import PROJECT_ROOT
 from nlp.errors import SpoError
 
-DEPLOY_DIR = PROJECT_ROOT / "deploy"
+DEPLOY_DIR = Path(str(importlib.resources.files("spo_deploy")))
 GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"
 NGINX_TEMPLATE = DEPLOY_DIR / "nginx.conf"
 # What --nginx accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).

@@ -34,6 +34,7 @@ from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     DEFAULT_PRECISION,
     DEMO_MODEL_DIR,
+    MODEL_SETTINGS_HINT,
     PRECISIONS,
     LoadOptions,
     precision_help,
@@ -337,7 +338,7 @@ class Settings:
 
 def _model_dir_problem(directory: Path) -> str | None:
     if not directory.is_dir():
-        hint = " (build it: make demo-model)" if directory == DEFAULT_MODEL_DIR else ""
+        hint = f" (no model given: {MODEL_SETTINGS_HINT})" if directory == DEFAULT_MODEL_DIR else ""
         return f"not a directory: {directory}{hint}"
     if not (directory / "model.json").is_file():
         return f"no model.json in {directory}"
@@ -453,7 +454,8 @@ def _str(raw: str) -> str:
 FIELDS: dict[str, tuple[Callable[[str], Any], str]] = {
     "model_dir": (
         _path,
-        "model directory (SavedModel + model.json, or one from spo export-onnx); default models/demo",
+        "model directory (SavedModel + model.json, or one from spo export-onnx); default: the embedded "
+        "demo model (models/demo in a checkout)",
     ),
     "models": (
         _models,

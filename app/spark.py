@@ -71,7 +71,7 @@ from nlp.config import (
     load_extractor,
 )
 from nlp.errors import InvalidInput, ManifestError, SpoError
-from nlp.manifest import MANIFEST_NAME, load_manifest, resolve_vocab, sha256_file
+from nlp.manifest import MANIFEST_NAME, load_manifest, sha256_file
 from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
@@ -320,10 +320,11 @@ def self_contained_copy(source: Path, target: Path) -> None:
     directory that already holds its vocab is copied as it is. Either way the copy loads on a node
     that has nothing else, and its manifest still checks the vocab's sha256.
     """
+    # The vocab as the manifest resolves it (the one packaged with spo included).
+    vocab = load_manifest(source, check_files=False).vocab_path
     shutil.copytree(source, target)
     manifest_path = target / MANIFEST_NAME
     doc = json.loads(manifest_path.read_text(encoding="utf-8"))
-    vocab = resolve_vocab(source, doc["vocab"]["path"])
     if not vocab.is_relative_to(source.resolve()):
         name = "vocab.txt"
         if (target / name).exists():

@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bench.common import CACHE_DIR, read_result, write_result
+from bench.common import CACHE_DIR, PROJECT_ROOT, read_result, write_result
 from bench.runner import run_worker
-from nlp.config import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)
 

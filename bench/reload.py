@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from nlp.config import PROJECT_ROOT
+from bench.common import PROJECT_ROOT
 from nlp.manifest import resolve_vocab
 
 RESULTS = PROJECT_ROOT / "bench" / "results" / "reload.json"

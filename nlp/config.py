@@ -12,6 +12,7 @@ stay light; ``load_extractor`` imports ``nlp.pipeline`` (and with it TensorFlow)
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,10 +20,32 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nlp.pipeline import Extractor
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEMO_MODEL_DIR = PROJECT_ROOT / "models" / "demo"
-DEMO_NER_MODEL_DIR = PROJECT_ROOT / "models" / "ner"
-DEMO_VOCAB = PROJECT_ROOT / "vocab" / "vocab.txt"
+# The package that carries the two demo models as package data: ``models/`` in a checkout (the
+# editable install maps it there), ``site-packages/spo_models`` in an installed wheel.
+MODELS_PACKAGE = "spo_models"
+# What a user can set instead of the embedded default (named in every "no model" error).
+MODEL_SETTINGS_HINT = (
+    "set SPO_MODEL_DIR (one model) or SPO_MODELS (NAME=DIR,...), or pass --model DIR"
+)
+
+
+def packaged_model_dir(name: str) -> Path:
+    """The embedded demo model ``name`` (``demo``, ``ner``), found through package data.
+
+    When the package is not installed (the source tree on ``sys.path`` without ``pip install``) the
+    path returned names that and does not exist, so the caller's "not a directory" error says why.
+    """
+    try:
+        root = importlib.resources.files(MODELS_PACKAGE)
+    except ModuleNotFoundError:
+        return Path(f"<{MODELS_PACKAGE} not installed: no embedded models>") / name
+    return Path(str(root.joinpath(name)))
+
+
+DEMO_MODEL_DIR = packaged_model_dir("demo")
+DEMO_NER_MODEL_DIR = packaged_model_dir("ner")
+# The project's vocabulary, as the demo model carries it (``spo train`` and ``spo export`` default).
+DEMO_VOCAB = DEMO_MODEL_DIR / "vocab.txt"
 
 # The most characters in one text, unless configured otherwise (REST, batch and library alike).
 DEFAULT_MAX_TEXT_CHARS = 10_000

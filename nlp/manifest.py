@@ -8,7 +8,7 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "task": "triples",                       # or "entities"
       "predicates": [{"predicate": "出生地", "subject_type": "人物", "object_type": "地点"}],
       "entity_types": ["人物", "地点"],          # entities task only
-      "vocab": {"path": "vocab/vocab.txt", "sha256": "..."},
+      "vocab": {"path": "vocab.txt", "sha256": "..."},
       "do_lower_case": true,
       "max_length": 256,
       "inputs": {"token_ids": "Input-Token:0", "segment_ids": "Input-Segment:0"},   # optional
@@ -24,8 +24,12 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
 
 ``outputs`` lists tensor names in role order: ``[entity, head, tail]`` for triples (GPLinker), and
 ``[entities]`` for the typed GlobalPointer NER. When ``inputs``/``outputs`` are absent the runtime takes
-them from the SavedModel's ``serving_default`` signature. ``vocab.path`` is resolved against the model
-directory first, then the project root. Validation names the offending field in every error.
+them from the SavedModel's ``serving_default`` signature. ``vocab.path`` is relative to the model directory
+(``vocab.txt`` beside ``model.json``: every tool writes it so, and the directory is self-contained)
+or absolute. Directories written before that name ``vocab/vocab.txt`` relative to the project
+root: they still load, read-only, from a folder above the model directory or the vocab the package
+ships (same sha256), with a one-line note to run ``spo copy-vocab DIR`` (``copy_vocab_in``).
+Validation names the offending field in every error.
 
 ``engine`` (absent for the TensorFlow SavedModel, the default) marks a directory written by
 ``spo export-onnx`` for the opt-in ``onnx`` engine: ``name`` ("onnx"), ``file`` (relative, no SavedModel
@@ -37,13 +41,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlp.config import PROJECT_ROOT
+from nlp.config import DEMO_VOCAB
 from nlp.errors import ManifestError, UnsupportedPrecision
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 TASKS = ("triples", "entities")
@@ -55,6 +62,8 @@ DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 # bucket: about 3% padding instead of 15%, for 24 more (cheap, one-row) warm-up shapes; BENCHMARKS.md.
 DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
 MANIFEST_NAME = "model.json"
+# Where a self-contained model directory keeps its vocab (``vocab.path`` in ``model.json``).
+VOCAB_NAME = "vocab.txt"
 ENGINES = ("tf", "onnx")
 
 
@@ -292,16 +301,42 @@ def _buckets(
     return tuple(raw)
 
 
-def resolve_vocab(directory: Path, relative: str) -> Path:
-    """The vocab file: absolute, or relative to the model directory, then to the project root."""
+def resolve_vocab(directory: Path, relative: str, sha256: str | None = None) -> Path:
+    """The vocab file: absolute, or relative to the model directory.
+
+    For a directory written the old way (its vocab relative to the project root it was made in),
+    the first folder above it holding ``relative``, then the vocab the package ships when its
+    sha256 is ``sha256``; the caller checks the sha256 of what it gets either way.
+    """
     candidate = Path(relative)
     if candidate.is_absolute():
         return candidate
-    for base in (directory, PROJECT_ROOT):
-        path = (base / candidate).resolve()
+    own = (directory / candidate).resolve()
+    if own.is_file():
+        return own
+    for base in directory.resolve().parents if len(candidate.parts) > 1 else ():
+        path = base / candidate
         if path.is_file():
             return path
-    return (directory / candidate).resolve()
+    if sha256 is not None and DEMO_VOCAB.is_file() and sha256_file(DEMO_VOCAB) == sha256:
+        return DEMO_VOCAB.resolve()
+    return own
+
+
+def copy_vocab_in(directory: Path) -> Path | None:
+    """Make an old-style model directory self-contained: copy its vocab in as ``vocab.txt`` and
+    point ``model.json`` at it (same sha256). Returns the vocab's old place, or None if the
+    directory was self-contained already. The manifest is validated first and written last."""
+    manifest = load_manifest(directory)
+    target = manifest.directory / VOCAB_NAME
+    if manifest.vocab_path == target:
+        return None
+    path = manifest.directory / MANIFEST_NAME
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    target.write_bytes(manifest.vocab_path.read_bytes())
+    doc["vocab"]["path"] = VOCAB_NAME
+    write_manifest(manifest.directory, doc)
+    return manifest.vocab_path
 
 
 def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Manifest:
@@ -352,17 +387,27 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     vocab = _req(doc, "vocab", dict)
     vocab_rel = _nonempty_str(vocab.get("path"), "vocab.path")
     vocab_sha = _nonempty_str(vocab.get("sha256"), "vocab.sha256").lower()
-    vocab_path = resolve_vocab(directory, vocab_rel)
+    vocab_path = resolve_vocab(directory, vocab_rel, vocab_sha)
     if check_files:
         if not vocab_path.is_file():
             raise _fail(
                 "vocab.path",
-                f"file not found: {vocab_rel} (looked in {directory} and {PROJECT_ROOT})",
+                f"file not found: {vocab_rel} (relative to {directory}; a model directory holds "
+                f"its vocab, as {VOCAB_NAME} beside {MANIFEST_NAME})",
             )
         actual = sha256_file(vocab_path)
         if actual != vocab_sha:
             raise _fail(
                 "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
+            )
+        if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
+            logger.warning(
+                "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
+                "as it is); make it self-contained with `spo copy-vocab %s`",
+                directory,
+                vocab_rel,
+                vocab_path,
+                directory,
             )
 
     do_lower_case = doc.get("do_lower_case", True)

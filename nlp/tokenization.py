@@ -24,9 +24,20 @@ from pathlib import Path
 
 from nlp import quiet_tensorflow
 
-with quiet_tensorflow():  # bert4keras imports TensorFlow
-    from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
-    from bert4keras.tokenizers import load_vocab
+# bert4keras is not a declared dependency: it declares keras<=2.3.1, which no TensorFlow 2.21 install
+# satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
+BERT4KERAS_INSTALL = "pip install --no-deps bert4keras==0.11.5"
+
+try:
+    with quiet_tensorflow():  # bert4keras imports TensorFlow
+        from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
+        from bert4keras.tokenizers import load_vocab
+except ModuleNotFoundError as exc:
+    if exc.name != "bert4keras":
+        raise
+    raise ModuleNotFoundError(
+        f"bert4keras is not installed; install it with: {BERT4KERAS_INSTALL}", name="bert4keras"
+    ) from None
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 

@@ -22,7 +22,7 @@ from nlp import quiet_tensorflow
 with quiet_tensorflow():
     import tensorflow as tf
 
-from nlp.manifest import write_manifest
+from nlp.manifest import VOCAB_NAME, write_manifest
 
 EXPORT_MODES = ("graph", "tf2")
 
@@ -59,12 +59,15 @@ def export_model_dir(
     *,
     mode: str = "graph",
     force: bool = False,
+    vocab: str | Path | None = None,
 ) -> Path:
     """Build the model with ``build()``, load ``weights``, save it with ``manifest`` into ``out_dir``.
 
     ``build`` is called again inside a fresh graph for the ``graph`` mode, so pass the builder, not a
-    model. The directory is written to a temporary sibling and renamed into place at the end, so a
-    failed export never leaves a half-written model directory.
+    model. ``vocab`` is copied in as ``vocab.txt`` (and ``model.json`` names it so): the directory is
+    self-contained. It is written to a temporary sibling and renamed into place at the end, so a
+    failed export never leaves a half-written model directory (and a vocab inside ``out_dir`` is
+    read before the old directory goes).
     """
     if mode not in EXPORT_MODES:
         raise ValueError(f"mode must be one of {EXPORT_MODES}, got {mode!r}")
@@ -84,6 +87,9 @@ def export_model_dir(
             tf.saved_model.save(model, str(saved))
             document.pop("inputs", None)
             document.pop("outputs", None)
+        if vocab is not None:
+            shutil.copyfile(vocab, saved / VOCAB_NAME)
+            document["vocab"] = {**document["vocab"], "path": VOCAB_NAME}
         write_manifest(saved, document)
         if out.exists():
             shutil.rmtree(out)
@@ -184,16 +190,12 @@ def export_user_model(
         task=task,
         predicates=items if task == "triples" else None,
         entity_types=items if task == "entities" else None,
-        vocab_path=str(vocab.resolve()),
+        vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(vocab),
         max_length=max_length,
         do_lower_case=do_lower_case,
         threshold=threshold,
     )
-    out = export_model_dir(build, model.get_weights(), out_dir, document, mode=mode, force=force)
-    # Self-contained directory: the vocab travels with the model (model.json names it relatively).
-    shutil.copyfile(vocab, out / "vocab.txt")
-    document = json.loads((out / "model.json").read_text(encoding="utf-8"))
-    document["vocab"]["path"] = "vocab.txt"
-    write_manifest(out, document)
-    return out
+    return export_model_dir(
+        build, model.get_weights(), out_dir, document, mode=mode, force=force, vocab=vocab
+    )

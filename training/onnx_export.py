@@ -260,7 +260,7 @@ def export_onnx(
             onnx.save(model, str(onnx_path))
         from nlp.manifest import resolve_vocab
 
-        vocab = resolve_vocab(source, document["vocab"]["path"])
+        vocab = resolve_vocab(source, document["vocab"]["path"], document["vocab"]["sha256"])
         shutil.copyfile(vocab, staging / "vocab.txt")
         document["vocab"]["path"] = "vocab.txt"
         # ONNX keeps the TF tensor names for graph inputs and outputs.

@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
-from nlp.config import PROJECT_ROOT
-from nlp.manifest import manifest_document, sha256_file
+from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
 from nlp.tokenization import Tokenizer
 from training.config import TASKS, TrainConfig
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
@@ -289,18 +288,13 @@ def train(config: TrainConfig) -> Path:
     minutes = (time.monotonic() - started) / 60
     logger.info("trained %d steps in %.1f min", step, minutes)
 
-    vocab_rel = config.vocab_path.resolve()
-    try:
-        vocab_str = str(vocab_rel.relative_to(PROJECT_ROOT))
-    except ValueError:
-        vocab_str = str(vocab_rel)
     doc = manifest_document(
         name=config.name or ("ner" if entities_task else "demo"),
         version=config.version,
         task=config.task,
         predicates=None if entities_task else schema,
         entity_types=labels if entities_task else None,
-        vocab_path=vocab_str,
+        vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,
     )
@@ -308,7 +302,13 @@ def train(config: TrainConfig) -> Path:
     readme = config.out_dir / "README.md"
     readme_text = readme.read_bytes() if readme.is_file() else None
     out = export_model_dir(
-        build, model.get_weights(), config.out_dir, doc, mode="graph", force=True
+        build,
+        model.get_weights(),
+        config.out_dir,
+        doc,
+        mode="graph",
+        force=True,
+        vocab=config.vocab_path,
     )
     if readme_text is not None:
         (out / "README.md").write_bytes(readme_text)

@@ -11,8 +11,8 @@ from flask.testing import FlaskClient
 from app.batch.records import InvalidJson
 from app.problems import CATALOGUE, codes
 from nlp import errors
-from nlp.config import PROJECT_ROOT
 from nlp.errors import InvalidInput, ModelLoadError, SpoError
+from tests import PROJECT_ROOT
 from tests.app.test_api import assert_problem
 
 

@@ -237,3 +237,27 @@ def test_spark_pack_model_is_self_contained_and_named_by_content(
     assert (model / "model.json").read_text() != (unpacked / "model.json").read_text()
     with pytest.raises(spo_spark.SparkExtractError, match="cannot load the model"):
         spo_spark.pack_model(tmp_path / "nowhere", tmp_path / "archives")
+
+
+def test_spark_ship_model_carries_the_vocab_of_an_old_layout_directory(tmp_path: Path) -> None:
+    """Issue 19: a directory that names the project's vocab/vocab.txt ships with it inside."""
+    from types import SimpleNamespace
+
+    from nlp.manifest import load_manifest
+
+    old = tmp_path / "old"
+    shutil.copytree(DEFAULT_MODEL_DIR, old)
+    (old / "vocab.txt").unlink()
+    doc = json.loads((old / "model.json").read_text(encoding="utf-8"))
+    doc["vocab"]["path"] = "vocab/vocab.txt"
+    (old / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    added: list[str] = []
+    fake = SimpleNamespace(
+        sparkContext=SimpleNamespace(applicationId="app-old-layout", addArchive=added.append)
+    )
+    shipped = spo_spark.ship_model(fake, old)  # type: ignore[arg-type]
+    assert added == [str(shipped.archive)]
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(shipped.archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    assert load_manifest(unpacked).vocab_path == (unpacked / "vocab.txt").resolve()

@@ -113,3 +113,92 @@ def test_manifest_precision_decides_how_a_directory_may_run(model_copy):
             UnsupportedPrecision, match=f"runs only with precision int8, not {other}"
         ):
             int8.check_precision(other)
+
+
+# --- self-contained model directories (issue 19) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["demo", "ner"])
+def test_manifest_demo_models_hold_their_vocab(name):
+    from nlp.config import packaged_model_dir
+
+    directory = packaged_model_dir(name)
+    m = load_manifest(directory)
+    assert m.vocab_path == (directory / "vocab.txt").resolve()
+    assert json.loads((directory / "model.json").read_text(encoding="utf-8"))["vocab"]["path"] == (
+        "vocab.txt"
+    )
+
+
+def _old_layout(model_copy, vocab_rel="vocab/vocab.txt"):
+    """``model_copy`` as the old tools wrote it: model.json names a vocab outside the directory."""
+    vocab = load_manifest(model_copy).vocab_path
+    _edit(model_copy, lambda d: d["vocab"].update(path=vocab_rel))
+    return vocab
+
+
+def test_manifest_old_layout_finds_the_vocab_in_a_folder_above(tmp_path, triples_model_dir, caplog):
+    project = tmp_path / "project"
+    model_dir = project / "models" / "tiny"
+    shutil.copytree(triples_model_dir, model_dir)
+    vocab = _old_layout(model_dir)
+    (project / "vocab").mkdir()
+    shutil.copyfile(vocab, project / "vocab" / "vocab.txt")
+    with caplog.at_level("WARNING", logger="nlp.manifest"):
+        m = load_manifest(model_dir)
+    assert m.vocab_path == (project / "vocab" / "vocab.txt").resolve()
+    notes = [r.getMessage() for r in caplog.records if r.name == "nlp.manifest"]
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert f"spo copy-vocab {model_dir}" in notes[0]
+    assert not (model_dir / "vocab.txt").exists()  # read-only: loading writes nothing
+
+
+def test_manifest_old_layout_uses_the_packaged_vocab_when_its_sha256_matches(tmp_path, caplog):
+    from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB
+
+    model_dir = tmp_path / "demo"
+    shutil.copytree(DEMO_MODEL_DIR, model_dir)
+    (model_dir / "vocab.txt").unlink()
+    _edit(model_dir, lambda d: d["vocab"].update(path="vocab/vocab.txt"))
+    with caplog.at_level("WARNING", logger="nlp.manifest"):
+        assert load_manifest(model_dir).vocab_path == DEMO_VOCAB.resolve()
+    assert "spo copy-vocab" in caplog.text
+
+
+def test_manifest_old_layout_without_its_vocab_names_the_field(model_copy):
+    _old_layout(model_copy)  # the tiny vocab is not the packaged one, and no folder above has it
+    with pytest.raises(ManifestError) as info:
+        load_manifest(model_copy)
+    assert info.value.field == "vocab.path"
+    assert "vocab.txt beside model.json" in info.value.message
+
+
+def test_manifest_copy_vocab_in_makes_an_old_directory_self_contained(tmp_path, triples_model_dir):
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    project = tmp_path / "project"
+    model_dir = project / "models" / "tiny"
+    shutil.copytree(triples_model_dir, model_dir)
+    vocab = _old_layout(model_dir)
+    (project / "vocab").mkdir()
+    shutil.copyfile(vocab, project / "vocab" / "vocab.txt")
+    result = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
+    assert result.exit_code == 0, result.output
+    assert "copied" in result.output
+    shutil.rmtree(project / "vocab")
+    m = load_manifest(model_dir)
+    assert m.vocab_path == (model_dir / "vocab.txt").resolve()
+    again = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
+    assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_manifest_vocab_in_a_subfolder_of_the_directory_is_no_old_layout(model_copy, caplog):
+    vocab = load_manifest(model_copy).vocab_path
+    (model_copy / "assets").mkdir()
+    shutil.copyfile(vocab, model_copy / "assets" / "vocab.txt")
+    _edit(model_copy, lambda d: d["vocab"].update(path="assets/vocab.txt"))
+    with caplog.at_level("WARNING", logger="nlp.manifest"):
+        assert load_manifest(model_copy).vocab_path == (model_copy / "assets/vocab.txt").resolve()
+    assert not [r for r in caplog.records if r.name == "nlp.manifest"]

@@ -79,6 +79,8 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
     )
     manifest = load_manifest(out)
     assert manifest.input_names == ("Input-Token:0", "Input-Segment:0")
+    assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
+    assert (out / "vocab.txt").read_bytes() == vocab_path.read_bytes()
     assert [p.predicate for p in manifest.predicates] == [p["predicate"] for p in TINY_PREDICATES]
     runtime = SessionRuntime(
         out,

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main as cli
-from nlp.manifest import PROJECT_ROOT, load_manifest
+from nlp.manifest import load_manifest
+from tests import PROJECT_ROOT
 
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: make extra-onnx")
 pytest.importorskip("tf2onnx", reason="the onnx extra is not installed: make extra-onnx")

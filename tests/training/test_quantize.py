@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from app.cli import main
 from nlp import runtime as runtime_module
-from nlp.config import PROJECT_ROOT
+from tests import PROJECT_ROOT
 from training import quantize as quantize_module
 from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
 

@@ -113,6 +113,7 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
     )
     manifest = load_manifest(out)
     assert manifest.task == "triples" and len(manifest.predicates) == len(PREDICATES)
+    assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
     assert json.loads((out / "training.json").read_text())["steps"] >= 1
     # Six steps leave the model near random: at threshold 0 it would score every span pair, which
     # decodes slowly. A huge threshold still runs the whole serving path, predicting nothing.

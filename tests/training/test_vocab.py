@@ -20,3 +20,10 @@ def test_vocab_layout_and_coverage() -> None:
     for ch in "《》“”、，。！？；：（）·—…0９ａＺz":
         assert ch in present, ch
     assert "##ing" in present
+
+
+def test_vocab_demo_models_carry_the_committed_vocab() -> None:
+    from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR
+
+    for directory in (DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR):
+        assert (directory / "vocab.txt").read_bytes() == DEFAULT_PATH.read_bytes()

@@ -1,0 +1,1 @@
+"""The deploy templates, installed as package data (``spo_deploy``): see ``app.server``."""
