@@ -4,8 +4,8 @@
 
 spark-submit runs a Python application from a file and puts that file's folder first on ``sys.path``;
 this launcher lives outside the ``app`` package so that nothing of the package's can hide a module of
-the standard library or of a dependency. With spo installed from a wheel, a copy of these lines
-anywhere does the same. docs/spark.md has the recipes.
+the standard library or of a dependency. The wheel installs it as ``spo_deploy/spark_extract.py``.
+docs/spark.md has the recipes.
 """
 
 from app.sparkcli import spark_extract

@@ -33,8 +33,10 @@ if not os.environ.get("CI"):
     if shutil.which("java") is None:
         pytest.skip("no Java runtime (make test / .ci/run install one)", allow_module_level=True)
 
+from app.batch import BatchOptions, run_batch
+from app.settings import DEFAULT_MODEL_DIR
 from bench.spark import Cluster, spark_home, standalone_cluster
-from tests.app.test_spark import MAX_CHARS, corpus_lines, part_lines, spo_extract_lines
+from tests.app.test_spark import corpus_lines, part_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -56,7 +58,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]
     tmp = tmp_path_factory.mktemp("cluster-corpus")
     path = tmp / "corpus.jsonl"
     path.write_bytes(b"\n".join(corpus_lines(1200)) + b"\n")
-    return path, spo_extract_lines(path, tmp)
+    out = tmp / "spo-extract.jsonl"  # the default limits: the recipe sets none
+    run_batch(
+        BatchOptions(inputs=(str(path),), output=str(out), model_dir=DEFAULT_MODEL_DIR, workers=0)
+    )
+    return path, out.read_bytes().splitlines()
 
 
 def _env() -> dict[str, str]:
@@ -82,7 +88,7 @@ def test_spark_cluster_spark_extract_ship_model_survives_a_killed_worker(
     out = tmp_path / "out"
     cmd = [str(BIN / "spo"), "spark-extract", str(path), str(out), "--master", cluster.url,
            "--ship-model", "--python", sys.executable, "--partitions", "4",
-           "--max-text-chars", str(MAX_CHARS), "--conf", "spark.ui.enabled=false"]  # fmt: skip
+           "--conf", "spark.ui.enabled=false"]  # fmt: skip
     log = tmp_path / "driver.log"
     with log.open("wb") as err:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=err, stderr=subprocess.STDOUT)
