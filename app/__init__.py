@@ -11,7 +11,7 @@ import click
 from flask import Flask
 
 from app import api, auth, batch, errors, metrics, web
-from app import logging as app_logging
+from app import logs as app_logging
 from app.model_slot import Loader
 from app.registry import ModelRegistry
 from app.settings import Settings

@@ -80,6 +80,6 @@ def init_app(app: Flask) -> None:
             "file is fixed and the service reloaded (spo reload)",
             settings.auth_tokens_problem,
         )
-    # After the request id and the metrics timer (app.logging, app.metrics, registered before): a
+    # After the request id and the metrics timer (app.logs, app.metrics, registered before): a
     # refused request is logged and counted like any other.
     app.before_request(_authenticate)

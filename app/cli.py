@@ -6,7 +6,7 @@ import logging
 
 import click
 
-from app.logging import configure_logging
+from app.logs import configure_logging
 from app.settings import LogSettings, SettingsError
 
 

@@ -319,7 +319,7 @@ def _record(response: Response) -> Response:
         m.request_texts.observe(summary["texts"])
         if "tokens" in summary:
             m.request_tokens.observe(summary["tokens"])
-    # gunicorn's access log reads it from the WSGI environ (app.logging.AccessLogger).
+    # gunicorn's access log reads it from the WSGI environ (app.logs.AccessLogger).
     request.environ["spo.request"] = summary
     m.refresh_worker()
     return response

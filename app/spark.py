@@ -24,19 +24,29 @@ reports. The driver first counts the lines of every input split (``_metadata.fil
 as ``zipWithIndex`` does for one RDD, but per file. Lines are read as raw bytes (the text source cast
 to binary; only ``\\n`` ends a line, as in ``spo extract``), so invalid UTF-8 is reported, not replaced.
 
+**On a cluster** the executors need spo's Python: ``session(python=...)`` names one every node has,
+``session(python_env=...)`` ships a packed environment; ``probe_executors`` runs one task that imports
+spo (and finds the model) before the job, so that a wrong environment fails in seconds with a message
+that names the fix, not as every task failing. ``ship_model`` packs a self-contained copy of a model
+directory and adds it with ``addArchive`` (unpacked once per executor, checked by its tree sha256).
+
 This module imports ``pyspark`` (the optional ``spark`` extra); nothing in the service imports it.
+It is not a script: ``spark-submit`` runs ``deploy/spark_extract.py`` (docs/spark.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +69,9 @@ from nlp.config import (
     PRECISIONS,
     LoadOptions,
 )
-from nlp.errors import InvalidInput, SpoError
+from nlp.errors import InvalidInput, ManifestError, SpoError
 from nlp.loader import load_extractor
-from nlp.manifest import load_manifest
+from nlp.manifest import MANIFEST_NAME, load_manifest, sha256_file
 from nlp.validation import check_text
 
 logger = logging.getLogger(__name__)
@@ -126,12 +136,13 @@ _EXECUTORS: dict[WorkSpec, InlineExecutor] = {}
 class _Job:
     """What every task needs: plain values, pickled to the workers."""
 
-    model: str  # an absolute path every node sees, or the name of a directory shipped with addFile
+    model: str  # an absolute path every node sees, or the file name of an archive shipped with addArchive
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     precision: str = DEFAULT_PRECISION
     text_field: str = "text"
     window: int = 2048
     chunk_size: int = 64
+    model_sha256: str | None = None  # a shipped model's tree_sha256, checked once per process
 
     def outcomes(self, records: list[Record], factory: ExtractorFactory) -> list[Outcome]:
         """The outcome of each record, in order, through this process's one extractor."""
@@ -147,7 +158,7 @@ class _Job:
     def _spec(self) -> WorkSpec:
         context = TaskContext.get()
         options = LoadOptions(
-            model_dir=_resolve_model(self.model),
+            model_dir=_resolve_model(self.model, self.model_sha256),
             precision=self.precision,
             intra_op_threads=max(1, context.cpus()) if context is not None else None,
             inter_op_threads=1,
@@ -172,11 +183,36 @@ def _executor_for(spec: WorkSpec, factory: ExtractorFactory) -> InlineExecutor:
     return executor
 
 
-def _resolve_model(model: str) -> Path:
+_UNPACKED: dict[str, Path] = {}
+
+
+def _resolve_model(model: str, sha256: str | None = None) -> Path:
+    """The model directory a task loads: ``model`` itself, or where Spark unpacked its archive.
+
+    A shipped archive is unpacked once per executor by Spark (``addArchive``) and checked here once
+    per Python process: its files must hash to the ``tree_sha256`` the driver recorded when packing.
+    """
     path = Path(model)
     if path.is_absolute():
         return path
-    return Path(SparkFiles.get(model))
+    if model in _UNPACKED:
+        return _UNPACKED[model]
+    unpacked = Path(SparkFiles.get(model))
+    if not (unpacked / MANIFEST_NAME).is_file():
+        raise ManifestError(
+            f"the shipped model {model} is not unpacked on this executor ({unpacked})",
+            field="model_dir",
+        )
+    if sha256 is not None:
+        found = tree_sha256(unpacked)
+        if found != sha256:
+            raise ManifestError(
+                f"the shipped model {model} unpacked at {unpacked} has tree sha256 {found}, "
+                f"the driver packed {sha256}",
+                field="model_dir",
+            )
+    _UNPACKED[model] = unpacked
+    return unpacked
 
 
 def _results(outcomes: list[Outcome]) -> dict[str, list[Any]]:
@@ -199,7 +235,7 @@ def _result_arrays(outcomes: list[Outcome], schema: pa.Schema) -> list[pa.Array]
 
 def extract_dataframe(
     df: DataFrame,
-    model: str | Path,
+    model: str | Path | ShippedModel,
     *,
     id_col: str = "id",
     text_col: str = "text",
@@ -209,8 +245,8 @@ def extract_dataframe(
 ) -> DataFrame:
     """``df``'s ``id_col`` (as ``id``, any type, passed through) with ``entities``, ``triples``, ``error``.
 
-    ``model`` is a model directory every executor sees (shared storage), or the name of one shipped
-    with ``ship_model``. A null text is an ``invalid_input`` error row, as a missing text in
+    ``model`` is a model directory every executor sees (shared storage), or what ``ship_model``
+    returned. A null text is an ``invalid_input`` error row, as a missing text in
     ``spo extract``. Each Arrow batch is one run of ``extract_windows``.
     """
     missing = [c for c in (id_col, text_col) if c not in df.columns]
@@ -235,37 +271,200 @@ def extract_dataframe(
     return selected.mapInArrow(run, fields)
 
 
-def _job(model: str | Path, max_text_chars: int, precision: str, text_field: str) -> _Job:
+def _job(
+    model: str | Path | ShippedModel, max_text_chars: int, precision: str, text_field: str
+) -> _Job:
     if precision not in PRECISIONS:
         raise SparkExtractError(
             f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
         )
     if max_text_chars < 1:
         raise SparkExtractError("max_text_chars must be positive")
+    if isinstance(model, ShippedModel):
+        return _Job(
+            model.name, max_text_chars, precision, text_field, model_sha256=model.tree_sha256
+        )
     path = Path(model)
     model = str(path.resolve()) if path.is_dir() else str(model)
     return _Job(model, max_text_chars, precision, text_field)
 
 
-def ship_model(spark: SparkSession, model_dir: str | Path) -> str:
-    """Send ``model_dir`` to every executor with ``addFile``; returns the name tasks find it under.
+@dataclass(frozen=True)
+class ShippedModel:
+    """A model directory packed and added to the job with ``SparkContext.addArchive``."""
 
-    The copy is self-contained: a vocab the manifest finds outside the directory is copied in at its
-    relative path, so the manifest (and its vocab sha256 check) reads the same on every node.
+    name: str  # the archive's file name: ``SparkFiles.get(name)`` is the unpacked directory
+    tree_sha256: str  # of the self-contained directory's files (``tree_sha256``)
+    archive: Path  # the archive on the driver
+    archive_sha256: str
+
+
+#: Where ``ship_model`` keeps its archives; they are named by content, so a rerun reuses its archive.
+ARCHIVE_DIR = Path(tempfile.gettempdir()) / "spo-spark-models"
+_ADDED: dict[tuple[str, str], ShippedModel] = {}  # (application id, archive name)
+
+
+def tree_sha256(directory: Path) -> str:
+    """One sha256 over every file under ``directory``: its relative path and its own sha256."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(directory).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def self_contained_copy(source: Path, target: Path) -> None:
+    """Copy the model directory ``source`` to ``target``, its vocab inside.
+
+    A vocab that the manifest finds outside the directory (a path relative to the project root, or an
+    absolute one: the old layout) is copied in as ``vocab.txt`` and ``model.json`` names it so; a
+    directory that already holds its vocab is copied as it is. Either way the copy loads on a node
+    that has nothing else, and its manifest still checks the vocab's sha256.
+    """
+    # The vocab as the manifest resolves it (the one packaged with spo included).
+    vocab = load_manifest(source, check_files=False).vocab_path
+    shutil.copytree(source, target)
+    manifest_path = target / MANIFEST_NAME
+    doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if not vocab.is_relative_to(source.resolve()):
+        name = "vocab.txt"
+        if (target / name).exists():
+            name = f"vocab-{doc['vocab']['sha256'][:12]}.txt"
+        shutil.copy2(vocab, target / name)
+        doc["vocab"]["path"] = name
+        manifest_path.write_text(
+            json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+        )
+
+
+def pack_model(model_dir: str | Path, archive_dir: Path = ARCHIVE_DIR) -> ShippedModel:
+    """A ``.tar.gz`` of a self-contained copy of ``model_dir``, named by its content.
+
+    Refuses a model that does not load (``SparkExtractError``), here rather than in every task.
     """
     source = Path(model_dir).resolve()
-    manifest = load_manifest(source)  # refuses a broken model here, not in every task
-    raw = json.loads((source / "model.json").read_text(encoding="utf-8"))
-    staging = Path(tempfile.mkdtemp(prefix="spo-spark-model-"))
-    name = f"spo-model-{manifest.name}-{manifest.version}"
-    target = staging / name
-    shutil.copytree(source, target)
-    vocab_rel = raw["vocab"]["path"]
-    if not Path(vocab_rel).is_absolute() and not (target / vocab_rel).is_file():
-        (target / vocab_rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(manifest.vocab_path, target / vocab_rel)
-    spark.sparkContext.addFile(str(target), recursive=True)
-    return name
+    try:
+        manifest = load_manifest(source)
+    except SpoError as exc:
+        raise SparkExtractError(f"cannot load the model: {exc.message}") from None
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="spo-model-", dir=archive_dir) as tmp:
+        copy = Path(tmp) / "model"
+        self_contained_copy(source, copy)
+        load_manifest(copy)  # the copy loads on its own: vocab found, sha256 right
+        tree = tree_sha256(copy)
+        name = f"spo-model-{_safe(manifest.name)}-{_safe(manifest.version)}-{tree[:12]}.tar.gz"
+        archive = archive_dir / name
+        if not archive.is_file():
+            partial = Path(tmp) / name
+            with tarfile.open(partial, "w:gz", compresslevel=1) as tar:
+                for path in sorted(copy.iterdir()):
+                    tar.add(path, arcname=path.name)
+            partial.replace(archive)
+    return ShippedModel(name, tree, archive, sha256_file(archive))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
+
+
+def ship_model(spark: SparkSession, model_dir: str | Path) -> ShippedModel:
+    """Pack ``model_dir`` (``pack_model``) and add it to the job with ``SparkContext.addArchive``.
+
+    Spark copies the archive to every executor and unpacks it once there (local, standalone, YARN and
+    Kubernetes masters alike); tasks find it with ``SparkFiles.get(name)`` and check its tree sha256
+    once per Python process. Pass the result as ``model`` to ``extract_records``/``extract_dataframe``.
+    """
+    shipped = pack_model(model_dir)
+    key = (spark.sparkContext.applicationId, shipped.name)
+    if key not in _ADDED:
+        spark.sparkContext.addArchive(str(shipped.archive))
+        _ADDED[key] = shipped
+        logger.info(
+            "model %s shipped as %s (%.1f MiB, sha256 %s)",
+            model_dir,
+            shipped.name,
+            shipped.archive.stat().st_size / (1 << 20),
+            shipped.archive_sha256,
+        )
+    return shipped
+
+
+# --- executors' Python -------------------------------------------------------------------------
+
+#: The name a packed environment (``--python-env``) is unpacked under in each executor's directory.
+ENV_ALIAS = "spo-env"
+FIX_HINT = (
+    "ship spo's environment with --python-env spo-env.tar.gz (venv-pack, see docs/spark.md), or "
+    "name a Python that has spo installed on every node with --python PATH"
+)
+
+
+def probe_executors(spark: SparkSession, job: _Job | None = None) -> dict[str, Any]:
+    """Run one task that imports spo (and resolves ``job``'s model) on an executor.
+
+    Raises ``SparkExtractError`` naming the executor's Python, the error and the fix when the task
+    cannot import this package, its dependencies, or the model; returns what the executor reported.
+    The task's function is pickled by value and imports nothing at unpickling, so a Python without
+    spo still runs it and says so, instead of failing every task of the job.
+    """
+    fields = None if job is None else dict(job.__dict__)
+
+    def probe(_: Iterable[int]) -> Iterator[dict[str, Any]]:
+        import importlib
+        import importlib.util
+        import platform
+        import socket
+        import sys
+
+        info: dict[str, Any] = {
+            "host": socket.gethostname(),
+            "python": sys.executable,
+            "version": platform.python_version(),
+            "stage": "import",
+            "error": None,
+        }
+        try:
+            module = importlib.import_module("app.spark")
+            for name in ("tensorflow", "bert4keras"):
+                if importlib.util.find_spec(name) is None:
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            if fields is not None:
+                info["stage"] = "model"
+                job = module._Job(**fields)
+                info["model_dir"] = str(module._resolve_model(job.model, job.model_sha256))
+                module.load_manifest(info["model_dir"])
+        except Exception as exc:
+            info["error"] = f"{type(exc).__name__}: {exc}"
+        yield info
+
+    try:
+        [info] = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+    except Exception as exc:  # the executor's Python did not start, or is another version
+        raise SparkExtractError(
+            f"executors cannot run spo's Python: {_cause(exc)}; {FIX_HINT}"
+        ) from None
+    if info["error"]:
+        where = f"Python {info['version']} ({info['python']}) on {info['host']}"
+        if info["stage"] == "model":
+            raise SparkExtractError(
+                f"the model does not load on executors: {where}: {info['error']}"
+            )
+        raise SparkExtractError(
+            f"executors cannot import spo: {where}: {info['error']}; {FIX_HINT}"
+        )
+    return info
+
+
+_CAUSES = re.compile(
+    r"(Cannot run program[^\n]*|Python in worker has different version[^\n]*|"
+    r"\w+Error: [^\n]*|\[[A-Z_.]+\][^\n]*)"
+)
+
+
+def _cause(exc: BaseException) -> str:
+    """The line of a failed Spark job's (long, Java) message that says why."""
+    found = _CAUSES.search(str(exc))
+    return found.group(1).strip() if found else _first_line(exc)
 
 
 # --- text and JSON lines files -----------------------------------------------------------------
@@ -480,7 +679,7 @@ def _first_line(exc: BaseException) -> str:
 
 def extract_records(
     records: DataFrame,
-    model: str | Path,
+    model: str | Path | ShippedModel,
     *,
     output_format: str = "jsonl",
     text_field: str = "text",
@@ -549,6 +748,9 @@ def run_spark_extract(
         raise SparkExtractError(f"{options.output} exists; use --force to overwrite it")
     model = ship_model(spark, options.model_dir) if options.ship_model else options.model_dir
     started = time.perf_counter()
+    probe_executors(
+        spark, _job(model, options.max_text_chars, options.precision, options.text_field)
+    )
     records = read_records(
         spark,
         options.inputs,
@@ -598,25 +800,46 @@ def session(
     master: str | None = None,
     conf: dict[str, str] | None = None,
     app_name: str = "spo-spark-extract",
+    *,
+    python: str | None = None,
+    python_env: str | None = None,
 ) -> SparkSession:
     """A SparkSession: ``master`` overrides what ``spark-submit`` set (else ``local[*]``).
 
-    Outside ``spark-submit`` on a local master, the Python workers run this interpreter, so they find
-    this environment's packages; on a cluster, ship an environment as docs/spark.md shows.
+    Executors' Python: on a local master outside ``spark-submit``, this interpreter. On a cluster,
+    ``python`` names an interpreter every node has (with spo installed), or ``python_env`` a packed
+    environment (``venv-pack``: a ``.tar.gz``, ``.tgz``, ``.zip`` or ``.tar``, a local path or any URI
+    Spark reads) that Spark ships with the job (``spark.archives``) and unpacks on every executor as
+    ``spo-env``. Neither is needed under ``spark-submit`` when it was told (docs/spark.md).
     """
+    if python and python_env:
+        raise SparkExtractError("--python and --python-env exclude each other")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
+    local = master.startswith("local") if master else not submitted
+    if python_env and local:
+        raise SparkExtractError(
+            "--python-env is for a cluster master: a local master runs this Python"
+        )
+    if python_env and not python_env.endswith((".tar.gz", ".tgz", ".zip", ".tar")):
+        raise SparkExtractError(
+            f"--python-env must be a .tar.gz, .tgz, .zip or .tar archive, got {python_env}"
+        )
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if master:
         builder = builder.master(master)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
-    if (master or "local").startswith("local") and not submitted:
-        # Read by SparkContext when it starts the Python workers (the conf key is spark-submit's).
+    settings = dict(conf or {})
+    # PYSPARK_PYTHON is read by SparkContext when it starts (the executors' Python); the conf key
+    # spark.pyspark.python is spark-submit's, which has already run or is not running.
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    elif python_env:
+        path = Path(python_env)
+        uri = str(path.resolve()) if "://" not in python_env and path.exists() else python_env
+        archives = [a for a in settings.get("spark.archives", "").split(",") if a]
+        settings["spark.archives"] = ",".join([*archives, f"{uri}#{ENV_ALIAS}"])
+        os.environ["PYSPARK_PYTHON"] = f"./{ENV_ALIAS}/bin/python"
+    elif local and not submitted:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    for key, value in (conf or {}).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-if __name__ == "__main__":  # spark-submit app/spark.py INPUTS... OUTPUT [options]
-    from app.sparkcli import spark_extract
-
-    spark_extract()

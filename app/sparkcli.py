@@ -53,7 +53,20 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spar
 @click.option(
     "--ship-model",
     is_flag=True,
-    help="Send the model directory to the executors with the job (SparkContext.addFile).",
+    help="Send the model to the executors with the job: a self-contained .tar.gz of the directory "
+    "(SparkContext.addArchive), unpacked once per executor and sha256-checked.",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="The executors' Python, with spo installed, at this path on every node.",
+)
+@click.option(
+    "--python-env",
+    metavar="ARCHIVE",
+    help="A packed environment (venv-pack .tar.gz) shipped to the executors as their Python "
+    "(cluster masters; see docs/spark.md).",
 )
 @click.option(
     "--input-format",
@@ -91,6 +104,8 @@ def spark_extract(
     output_format: str,
     model_dir: Path,
     ship_model: bool,
+    python: str | None,
+    python_env: str | None,
     input_format: str,
     text_field: str,
     id_field: str,
@@ -144,7 +159,10 @@ def spark_extract(
     from pyspark.sql import SparkSession
 
     ours = SparkSession.getActiveSession() is None
-    spark = spo_spark.session(master, settings)
+    try:
+        spark = spo_spark.session(master, settings, python=python, python_env=python_env)
+    except spo_spark.SparkExtractError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         summary = spo_spark.run_spark_extract(spark, options)
     except spo_spark.SparkExtractError as exc:

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from app.logging import AccessLogger, logging_config
+from app.logs import AccessLogger, logging_config
 from app.master import watch_worker
 from app.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
 from app.settings import Settings, threads_per_worker
@@ -58,7 +58,7 @@ limit_request_fields = 100
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 logconfig_dict = logging_config(settings)
 accesslog = "-" if settings.access_log else None
-# One line per request in the service's log format, with texts, tokens and buckets (app.logging).
+# One line per request in the service's log format, with texts, tokens and buckets (app.logs).
 logger_class = AccessLogger
 proc_name = "spo-service"
 # gunicorn 27 opens a control socket in ~/.gunicorn by default; several instances would share it.

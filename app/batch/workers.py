@@ -150,7 +150,7 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import psutil
 
-    from app.logging import configure_logging
+    from app.logs import configure_logging
 
     configure_logging()  # a spawned process starts unconfigured: log as the parent does
 

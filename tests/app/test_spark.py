@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,39 @@ def test_spark_extract_refuses_bad_inputs_clearly(spark: Any, tmp_path: Path) ->
     assert conf.exit_code == 2 and "KEY=VALUE" in conf.output
     with pytest.raises(spo_spark.SparkExtractError, match="no column"):
         spo_spark.extract_dataframe(spark.createDataFrame([(1,)], "id long"), DEFAULT_MODEL_DIR)
+    env = CliRunner().invoke(
+        main, ["spark-extract", "a", "b", "--master", "local[1]", "--python-env", "env.tar.gz"]
+    )
+    assert env.exit_code == 2 and "--python-env is for a cluster master" in env.output
+    both = CliRunner().invoke(
+        main, ["spark-extract", "a", "b", "--python", "/x/python", "--python-env", "e.tar.gz"]
+    )
+    assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_spark_pack_model_is_self_contained_and_named_by_content(
+    make_model_dir: Any, tmp_path: Path
+) -> None:
+    from nlp.manifest import load_manifest
+
+    model = make_model_dir()  # its model.json names a vocab outside the directory (absolute path)
+    assert Path(json.loads((model / "model.json").read_text())["vocab"]["path"]).is_absolute()
+    shipped = spo_spark.pack_model(model, tmp_path / "archives")
+    assert spo_spark.pack_model(model, tmp_path / "archives") == shipped  # same content, same file
+    assert shipped.name == shipped.archive.name and shipped.tree_sha256[:12] in shipped.name
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(shipped.archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    doc = json.loads((unpacked / "model.json").read_text(encoding="utf-8"))
+    assert doc["vocab"]["path"] == "vocab.txt" and (unpacked / "vocab.txt").is_file()
+    assert load_manifest(unpacked).vocab_path == (unpacked / "vocab.txt").resolve()
+    assert spo_spark.tree_sha256(unpacked) == shipped.tree_sha256
+    with (unpacked / "vocab.txt").open("a", encoding="utf-8") as fh:
+        fh.write("[extra]\n")  # a changed file changes the hash the executors check
+    assert spo_spark.tree_sha256(unpacked) != shipped.tree_sha256
+    assert (model / "model.json").read_text() != (unpacked / "model.json").read_text()
+    with pytest.raises(spo_spark.SparkExtractError, match="cannot load the model"):
+        spo_spark.pack_model(tmp_path / "nowhere", tmp_path / "archives")
 
 
 def test_spark_ship_model_carries_the_vocab_of_an_old_layout_directory(tmp_path: Path) -> None:
@@ -219,10 +253,11 @@ def test_spark_ship_model_carries_the_vocab_of_an_old_layout_directory(tmp_path:
     (old / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     added: list[str] = []
     fake = SimpleNamespace(
-        sparkContext=SimpleNamespace(addFile=lambda p, recursive: added.append(p))
+        sparkContext=SimpleNamespace(applicationId="app-old-layout", addArchive=added.append)
     )
-    name = spo_spark.ship_model(fake, old)  # type: ignore[arg-type]
-    (shipped,) = (Path(p) for p in added)
-    assert shipped.name == name
-    assert load_manifest(shipped).vocab_path == (shipped / "vocab" / "vocab.txt").resolve()
-    shutil.rmtree(shipped.parent)
+    shipped = spo_spark.ship_model(fake, old)  # type: ignore[arg-type]
+    assert added == [str(shipped.archive)]
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(shipped.archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    assert load_manifest(unpacked).vocab_path == (unpacked / "vocab.txt").resolve()

@@ -18,7 +18,7 @@ from flask import Flask, request
 from flask.testing import FlaskClient
 
 from app.cli import main
-from app.logging import AccessLogger, JsonFormatter, TextFormatter, access_fields, access_message
+from app.logs import AccessLogger, JsonFormatter, TextFormatter, access_fields, access_message
 from app.settings import LogSettings, SettingsError
 
 SECRET = "李白出生于碎叶城。"
