@@ -29,8 +29,8 @@ from app.problems import LOAD_ERROR_CODES
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
 from nlp.errors import RequestTooLarge
-from nlp.types import Extraction
 from nlp.validation import check_text
+from nlp.values import Extraction
 
 bp = Blueprint("api", __name__)
 

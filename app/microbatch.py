@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nlp.errors import DeadlineExceeded
-from nlp.types import Extraction
+from nlp.values import Extraction
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded, SpoError
 from nlp.protocols import ExtractorLike
-from nlp.types import Extraction
+from nlp.values import Extraction
 
 logger = logging.getLogger(__name__)
 

@@ -143,9 +143,9 @@ def main(argv: list[str] | None = None) -> None:
 
             percall.run(intra=args.intra, inter=args.inter)
         elif step == "profile":
-            from bench import profile
+            from bench import op_profile
 
-            profile.run(intra=args.intra, inter=args.inter)
+            op_profile.run(intra=args.intra, inter=args.inter)
         elif step == "peer":
             from bench import peer
 
@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> None:
 
             threads.run(args.thread_requests)
         elif step == "http":
-            from bench import http
+            from bench import http_load
 
-            http.run(args.requests, concurrency=args.concurrency,
+            http_load.run(args.requests, concurrency=args.concurrency,
                      max_seconds=int(args.max_seconds))  # fmt: skip
         elif step == "microbatch":
             from bench import microbatch

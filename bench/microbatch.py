@@ -6,7 +6,7 @@ intra-op threads x 8 gthread threads. Two workers of one intra-op thread each is
 2 cores and the best throughput of the thread-settings table, so it is the baseline micro-batching has
 to beat; 8 threads let one worker hold every connection wrk opens, however gunicorn spreads them.
 
-wrk drives single-text workload requests (``bench.http``'s script) at concurrency 8: ``warmup`` seconds
+wrk drives single-text workload requests (``bench.http_load``'s script) at concurrency 8: ``warmup`` seconds
 not counted, then ``seconds`` (or ``requests``, whichever ends first) measured. The mean batch size is
 each worker's ``app.microbatch`` counters, which it logs when it exits (warm-up included).
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from app.settings import threads_per_worker
 from bench.common import CACHE_DIR, write_result
-from bench.http import require_wrk, run_wrk, spo_server, write_wrk_script, wrk_errors
+from bench.http_load import require_wrk, run_wrk, spo_server, write_wrk_script, wrk_errors
 from bench.rbt6 import model_dirs
 
 logger = logging.getLogger(__name__)

@@ -272,10 +272,10 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
 
 
 def profile_table(doc: dict[str, Any] | None) -> list[str]:
-    """Per-call latency with and without the graph rewrites, and time by op type (``bench/profile.py``)."""
+    """Per-call latency with and without the graph rewrites, and time by op type (``bench/op_profile.py``)."""
     if not doc:
         return []
-    from bench.profile import table
+    from bench.op_profile import table
 
     return [
         f"### Where a call's time goes: the graph rewrites (median ms per call, {doc['rounds']} "

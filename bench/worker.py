@@ -478,7 +478,7 @@ def int8(args: argparse.Namespace) -> dict[str, Any]:
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     """spo fp32 (and int8 where its directory exists) with and without the graph rewrites, in one
     process: interleaved median latency per shape, then time per op type from traced calls."""
-    from bench.profile import SHAPES, TRACED_CALLS, op_time_by_type
+    from bench.op_profile import SHAPES, TRACED_CALLS, op_time_by_type
     from nlp.manifest import load_manifest
     from nlp.runtime import SessionRuntime
 

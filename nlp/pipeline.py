@@ -33,8 +33,8 @@ from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
 from nlp.runtime import SessionRuntime
 from nlp.tokenization import Encoding, Tokenizer
-from nlp.types import Entity, Extraction, Span, Triple
 from nlp.validation import check_text
+from nlp.values import Entity, Extraction, Span, Triple
 
 logger = logging.getLogger(__name__)
 

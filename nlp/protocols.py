@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy.typing as npt
 
 from nlp.manifest import Manifest
-from nlp.types import Extraction
+from nlp.values import Extraction
 
 
 class Runtime(Protocol):

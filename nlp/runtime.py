@@ -10,7 +10,7 @@ request path creates a tensor or runs eagerly: ``run`` is one ``Session.run`` ov
 
 This module holds the session only: the graph rewrites are ``nlp.tf_graph``'s, what it shares with the
 ONNX engine (tensor resolution, warm-up, heap release, CPU facts) ``nlp.engine``'s, and the per-op
-profile of a call ``bench.profile``'s. With ``nlp.tf_graph``, the only place in ``nlp`` that imports
+profile of a call ``bench.op_profile``'s. With ``nlp.tf_graph``, the only place in ``nlp`` that imports
 TensorFlow (``nlp.tokenization`` does too, through bert4keras).
 """
 
@@ -246,7 +246,7 @@ class SessionRuntime(WarmedShapes):
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any], **traced: Any
     ) -> list[npt.NDArray[Any]]:
         """One unchecked ``Session.run``; ``traced``: its ``options`` and ``run_metadata``, for the
-        profile of ``bench.profile`` only."""
+        profile of ``bench.op_profile`` only."""
         feed = {
             self._inputs[0]: token_ids.astype(self.input_dtypes[0], copy=False),
             self._inputs[1]: segment_ids.astype(self.input_dtypes[1], copy=False),

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from nlp.decoding import FloatArray, decode_spans, decode_triples
-from nlp.types import Entity, Span, Triple
+from nlp.values import Entity, Span, Triple
 
 
 @dataclass(frozen=True)

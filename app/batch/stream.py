@@ -58,7 +58,7 @@ def extract_windows(
     >>> class Upper:  # a stand-in extractor: one "entity", the whole text
     ...     def check_text(self, text, field="text"): pass
     ...     def extract_batch(self, texts, field="texts", deadline=None):
-    ...         from nlp.types import Entity, Extraction, Span
+    ...         from nlp.values import Entity, Extraction, Span
     ...         return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in texts]
     ...     def close(self): pass
     >>> ex = InlineExecutor(lambda options: Upper(), WorkSpec(LoadOptions("unused")))

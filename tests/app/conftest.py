@@ -21,7 +21,7 @@ from app import create_app
 from app.settings import Settings
 from nlp.errors import DeadlineExceeded
 from nlp.manifest import load_manifest
-from nlp.types import Entity, Extraction, Span
+from nlp.values import Entity, Extraction, Span
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 from app.batch import BatchOptions, run_batch
 from app.settings import Settings
 from nlp.config import LoadOptions
-from nlp.types import Extraction
+from nlp.values import Extraction
 
 HOSTILE: list[Any] = [
     "李白出生于碎叶城，他的妻子是许氏。",

@@ -15,8 +15,8 @@ from typing import Any
 
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded
-from nlp.types import Entity, Extraction, Span
 from nlp.validation import check_text
+from nlp.values import Entity, Extraction, Span
 
 BOOM = "💥"
 SLOW = "🐢"  # a runaway record: each model call on it takes ``slow_s`` (see FakeFactory)

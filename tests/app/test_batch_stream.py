@@ -14,7 +14,7 @@ from app.batch.stream import extract_records, extract_windows
 from app.batch.workers import Chunk, InlineExecutor, Outcome, WorkSpec
 from nlp.config import LoadOptions
 from nlp.errors import InvalidInput
-from nlp.types import Entity, Extraction, Span
+from nlp.values import Entity, Extraction, Span
 
 
 class Whole:

@@ -18,7 +18,7 @@ from flask import Flask
 from app.microbatch import MicroBatcher
 from app.settings import Settings, SettingsError
 from nlp.errors import DeadlineExceeded
-from nlp.types import Extraction
+from nlp.values import Extraction
 from tests.app.conftest import FakeExtractor
 
 PROBLEM = "application/problem+json"

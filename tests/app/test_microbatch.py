@@ -19,7 +19,7 @@ from app import create_app
 from app.microbatch import BatcherClosed, MicroBatcher
 from app.settings import Settings
 from nlp.errors import InvalidInput
-from nlp.types import Entity, Extraction, Span
+from nlp.values import Entity, Extraction, Span
 
 
 def tagged(text: str) -> Extraction:

@@ -4,7 +4,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bench.profile import op_time_by_type
+from bench.op_profile import op_time_by_type
 from nlp import engine, tf_graph
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
 from nlp.manifest import load_manifest

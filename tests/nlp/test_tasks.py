@@ -7,7 +7,7 @@ import pytest
 from nlp import tasks as tasks_module
 from nlp.manifest import manifest_document, parse_manifest
 from nlp.tasks import TASK_NAMES, PredicateSchema, Task, task_named
-from nlp.types import Entity, Span, Triple
+from nlp.values import Entity, Span, Triple
 
 SCHEMA = (PredicateSchema("出生地", "人物", "地点"), PredicateSchema("作者", "作品", "人物"))
 

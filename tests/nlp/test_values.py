@@ -1,6 +1,6 @@
 import pytest
 
-from nlp.types import Entity, Extraction, Span, Triple
+from nlp.values import Entity, Extraction, Span, Triple
 
 
 def test_types_span_checks_offsets_against_text():
