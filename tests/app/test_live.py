@@ -445,12 +445,13 @@ def test_live_schemathesis_finds_no_5xx_and_no_schema_violation(
 # -- load with worker recycling ------------------------------------------------------------
 @pytest.mark.slow
 def test_live_load_with_worker_recycling_drops_nothing(stack: Stack) -> None:
-    """Concurrency 8 through nginx for up to 30 s (at most 1,000 requests): zero failures while
-    workers recycle every 60-70 requests."""
+    """Concurrency 8 through nginx until 3 x (max_requests + jitter) requests are answered (a
+    2-minute cap, for a loaded machine): zero failures while workers recycle every 60-70 requests."""
     port = stack.port
     restarts_before = stack.gunicorn_log.read_text().count("Autorestarting worker")
-    deadline = time.monotonic() + 30
-    budget = threading.Semaphore(1000)
+    deadline = time.monotonic() + 120
+    target = 3 * (MAX_REQUESTS + JITTER)
+    budget = threading.Semaphore(target)
     failures: list[str] = []
     counts = [0]
     lock = threading.Lock()
@@ -478,7 +479,7 @@ def test_live_load_with_worker_recycling_drops_nothing(stack: Stack) -> None:
     restarts = stack.gunicorn_log.read_text().count("Autorestarting worker") - restarts_before
     assert not failures, f"{len(failures)} of {counts[0]} failed: {failures[:5]}"
     # Past 2 x (max_requests + jitter) requests, some worker must have been recycled.
-    assert counts[0] > 2 * (MAX_REQUESTS + JITTER), f"only {counts[0]} requests in 30 s"
+    assert counts[0] > 2 * (MAX_REQUESTS + JITTER), f"only {counts[0]} requests in 120 s"
     assert restarts >= 1, "no worker was recycled: the test proved nothing"
 
 
