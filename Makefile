@@ -17,7 +17,7 @@ QUANTIZE_STAMP := $(VENV)/.installed-quantize
 
 .DEFAULT_GOAL := help
 , := ,
-.PHONY: help venv dev extra-training extra-onnx extra-spark extra-quantize lock check format test test-fast serve bench demo-model ner-model image clean
+.PHONY: help venv dev extra-training extra-onnx extra-spark extra-quantize lock check format test test-deploy test-fast serve bench demo-model ner-model image clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -95,8 +95,11 @@ format: $(DEV_STAMP)  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: $(DEV_STAMP) $(ONNX_STAMP) $(SPARK_STAMP) $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included
-	$(BIN)/pytest
+test: $(DEV_STAMP) $(ONNX_STAMP) $(SPARK_STAMP) $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included (not test-deploy's)
+	$(BIN)/pytest -m "not deploy"
+
+test-deploy: $(DEV_STAMP) $(SPARK_STAMP)  ## the container image (needs Docker) and the Spark standalone cluster tests
+	$(BIN)/pytest -m deploy
 
 test-fast: $(DEV_STAMP)  ## the suite without slow and live tests
 	$(BIN)/pytest -m "not slow and not live"

@@ -38,7 +38,7 @@ from app.settings import DEFAULT_MODEL_DIR
 from bench.spark import Cluster, spark_home, standalone_cluster
 from tests.app.test_spark import corpus_lines, part_lines
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -42,7 +42,7 @@ STARTUP_BUDGET_S = 120
 GRACE_S = 45
 DOCKER_STOP_BUDGET_S = 40  # SPO_GRACEFUL_TIMEOUT (30) + the supervisor's 5 s + 5 s of slack
 
-pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.live, pytest.mark.timeout(1800)]
 
 
 def _docker() -> str:
