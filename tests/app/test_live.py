@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -67,8 +68,14 @@ def call(
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60,
+    tls: ssl.SSLContext | None = None,
 ) -> Answer:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    """One request to 127.0.0.1:``port``, over TLS with ``tls``."""
+    conn = (
+        http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    )
     try:
         conn.request(method, path, body=body, headers=headers or {})
         response = conn.getresponse()

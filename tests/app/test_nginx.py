@@ -6,7 +6,6 @@ The live tests need Debian's nginx (``.ci/run`` installs nginx-light) and skip, 
 
 from __future__ import annotations
 
-import http.client
 import re
 import shutil
 import signal
@@ -37,7 +36,7 @@ from tests.app.test_live import (
     wait_ready,
     wait_workers,
 )
-from tests.app.test_supervisor import BOOT_TIMEOUT_S, SPO, needs_nginx, serve_env, start
+from tests.app.test_supervisor import BOOT_TIMEOUT_S, SPO, needs_nginx, serve_env, spo_reload, start
 
 CLIENTS = 4
 SECOND_KILL_AFTER_S = 6.0
@@ -176,15 +175,7 @@ def https_call(
     port: int, context: ssl.SSLContext, method: str, path: str, body: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> Answer:  # fmt: skip
-    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=60, context=context)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return Answer(
-            response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-        )
-    finally:
-        conn.close()
+    return call(port, method, path, body, headers, tls=context)
 
 
 def wait_https_ready(port: int, context: ssl.SSLContext, process: Any, log: Path) -> None:
@@ -265,17 +256,7 @@ def test_nginx_exposed_service_https_tokens_file_and_reload(
         # Rotate: B in, A out; spo reload; the new workers read the file.
         tokens.write_text(f"{TOKEN_B}\n")
         assert extract(TOKEN_A) == 200  # the running workers keep what they read
-        reload = subprocess.run(
-            [str(SPO), "reload", "--nginx", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert reload.returncode == 0, reload.stderr
-        deadline = time.monotonic() + BOOT_TIMEOUT_S
-        while "reload done" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "reload done" in log.read_text(), log.read_text()[-3000:]
+        spo_reload(port, log)
         time.sleep(1)  # the old worker finishes and exits; connections go to the new one
         assert [extract(TOKEN_B) for _ in range(5)] == [200] * 5
         assert [extract(TOKEN_A) for _ in range(5)] == [401] * 5

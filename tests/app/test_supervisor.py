@@ -28,6 +28,21 @@ needs_nginx = pytest.mark.skipif(
 SPO = Path(sys.executable).with_name("spo")
 
 
+def spo_reload(port: int, log: Path) -> None:
+    """``spo reload`` the service behind nginx on ``port``; wait until its log says it is done."""
+    reload = subprocess.run(
+        [str(SPO), "reload", "--nginx", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert reload.returncode == 0, reload.stderr
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while "reload done" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "reload done" in log.read_text(), log.read_text()[-3000:]
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -88,17 +103,7 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         assert big.status == 413 and big.mimetype == PROBLEM
         assert big.json()["code"] == "body_too_large"
         # spo reload finds gunicorn's master through the pid file of this address.
-        reload = subprocess.run(
-            [str(SPO), "reload", "--nginx", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert reload.returncode == 0, reload.stderr
-        deadline = time.monotonic() + BOOT_TIMEOUT_S
-        while "reload done" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "reload done" in log.read_text(), log.read_text()[-3000:]
+        spo_reload(port, log)
         assert post_json(port, {"text": "北京"}).status == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0, log.read_text()[-3000:]
