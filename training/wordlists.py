@@ -1320,3 +1320,15 @@ CREDIT_NOUNS: dict[str, tuple[str, ...]] = {
     "编剧": ("编剧", "知名编剧"),
     "主演": ("演员", "影星"),
 }
+
+# Both parents in one sentence: {f} the father, {m} the mother, {s} the child.
+PARENTS = (
+    "{s}的父亲是{f}，母亲是{m}",
+    "{s}的父亲{f}是一名{occ}，母亲{m}是一名{occ2}",
+    "{s}的父母是{f}和{m}",
+    "{s}的爸爸叫{f}，妈妈叫{m}",
+    "{s}是{f}和{m}的{子女}",
+    "{f}和{m}的{子女}{s}{~}",
+    "{s}，父亲{f}，母亲{m}",
+    "{s}的父亲{f}和母亲{m}都是{occ}",
+)

@@ -51,7 +51,7 @@ def test_corpus_everyday_every_predicate_has_a_passive_or_by_form() -> None:
 
 
 @pytest.mark.parametrize(
-    "shape", ["_credits", "_shared", "_respectively", "_parallel", "_apposition"]
+    "shape", ["_credits", "_shared", "_respectively", "_parallel", "_apposition", "_parents"]
 )
 def test_corpus_everyday_shapes_spans_are_exact(shape: str) -> None:
     """Each argument of each triple is a span of the text, and names do not nest in each other."""
@@ -146,3 +146,9 @@ def test_corpus_everyday_entities_typed(records: list[Record]) -> None:
                 assert named[s] == named[o] == "地点"
             if p in ("主演", "导演", "作者"):
                 assert named[s] == "作品" and named[o] == "人物"
+
+
+def test_corpus_everyday_both_parents_in_one_sentence() -> None:
+    for rec in _shape("_parents", 100):
+        assert {p for _, p, _ in rec.triples} == {"父亲", "母亲"}, rec.text
+        assert len({s for s, _, _ in rec.triples}) == 1
