@@ -187,12 +187,16 @@ class CorpusGenerator:
                 return text
         raise RuntimeError("could not draw a name for this split")
 
-    def person(self, male: bool | None = None) -> Person:
+    def person(self, male: bool | None = None, family: str | None = None) -> Person:
+        """A person of this split; with ``family``, a Chinese name of that surname (a father)."""
         r = self.rng
         if male is None:
             male = r.random() < 0.55
 
         def make() -> str:
+            if family is not None:
+                chars = MALE_CHARS if male else FEMALE_CHARS
+                return family + "".join(r.choice(chars) for _ in range(r.choice((1, 2, 2))))
             if r.random() < 0.06:
                 first = r.choice(FOREIGN_FIRST_M if male else FOREIGN_FIRST_F)
                 return f"{first}·{r.choice(FOREIGN_LAST)}"
@@ -246,7 +250,10 @@ class CorpusGenerator:
 
     def date(self, person: bool = True) -> str:
         r = self.rng
-        year = r.randint(1920, 2005) if person else r.randint(1950, 2023)
+        if person:
+            year = r.randint(1920, 2005)
+        else:  # schools and old firms go back further: 复旦大学创建于1905年
+            year = r.randint(1880, 1949) if r.random() < 0.25 else r.randint(1950, 2023)
         month, day = r.randint(1, 12), r.randint(1, 28)
         style = r.random()
         if style < 0.40:
@@ -360,6 +367,11 @@ class CorpusGenerator:
             return dict(COUNTRY_CAPITALS)[subject_text], None
         if predicate in ("妻子", "母亲"):
             p = self.person(male=False)
+            return p.name, p
+        family = _surname(subject_text)
+        if predicate == "父亲" and family and self.rng.random() < 0.7:
+            # A child mostly bears the father's surname: 陈静的父亲陈国华.
+            p = self.person(male=True, family=family)
             return p.name, p
         if predicate in ("丈夫", "父亲"):
             p = self.person(male=True)
@@ -863,7 +875,11 @@ class CorpusGenerator:
         """Father and mother in one sentence: 陈静的父亲是陈国华，母亲是李秀兰."""
         r = self.rng
         child = self.person()
-        father = self.person(male=True).name
+        family = _surname(child.name)
+        if family and r.random() < 0.8:
+            father = self.person(male=True, family=family).name
+        else:
+            father = self.person(male=True).name
         mother = self.person(male=False).name
         if len({child.name, father, mother}) < 3:
             return self._single_record()
@@ -969,6 +985,17 @@ class CorpusGenerator:
     def records(self, n: int) -> Iterator[Record]:
         for _ in range(n):
             yield self.record()
+
+
+def _surname(name: str) -> str | None:
+    """The family name of a Chinese name (``欧阳`` of ``欧阳修``); None for a foreign name, a
+    nickname (小李, 老周) or anything that is not a person's name."""
+    if len(name) < 2 or name[0] in "小老" or not all("\u4e00" <= c <= "\u9fff" for c in name):
+        return None
+    for compound in COMPOUND_SURNAMES:
+        if name.startswith(compound) and len(name) > len(compound):
+            return compound
+    return name[0]
 
 
 def _pronounable(text: str, subject: str) -> bool:

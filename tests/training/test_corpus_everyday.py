@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from training.corpus import CorpusGenerator, Record
+from training.corpus import CorpusGenerator, Record, _surname
 from training.schema import PREDICATES, SPOUSE_INVERSE
 from training.wordlists import TEMPLATES
 
@@ -152,3 +152,29 @@ def test_corpus_everyday_both_parents_in_one_sentence() -> None:
     for rec in _shape("_parents", 100):
         assert {p for _, p, _ in rec.triples} == {"父亲", "母亲"}, rec.text
         assert len({s for s, _, _ in rec.triples}) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [("陈国华", "陈"), ("欧阳修", "欧阳"), ("小李", None), ("莉莉·刘易斯", None), ("张", None)],
+)
+def test_corpus_everyday_surname(name: str, family: str | None) -> None:
+    assert _surname(name) == family
+
+
+def test_corpus_everyday_fathers_mostly_share_the_surname(records: list[Record]) -> None:
+    pairs = [(s, o) for r in records for s, p, o in r.triples if p == "父亲" and _surname(s)]
+    same = sum(1 for s, o in pairs if _surname(o) == _surname(s))
+    assert 0.5 * len(pairs) < same < len(pairs)
+
+
+def test_corpus_everyday_founding_years_reach_back(records: list[Record]) -> None:
+    years = [
+        int(m.group())
+        for r in records
+        for _, p, o in r.triples
+        if p == "成立日期"
+        for m in [re.match(r"\d{4}", o)]
+        if m
+    ]
+    assert min(years) < 1950 <= max(years)
