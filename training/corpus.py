@@ -691,6 +691,8 @@ class CorpusGenerator:
         title = f"{kind}《{subject}》"
         listed = any("、" in s or "和" in s for s in segments)
         album = segments.pop() if segments[-1].startswith("收录") else ""
+        if not segments:  # only the album was left (its credits could not be drawn)
+            return self._single_record()
         if form == 0:
             sep = "，" if listed or topic != "song" else r.choice(("，", "、"))
             rest = [s if r.random() < 0.7 else "由" + s for s in segments[1:]]
