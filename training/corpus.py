@@ -18,11 +18,19 @@ NER demo model::
 The schema lives in ``training.schema`` (what training needs, without Faker), the templates and word
 lists in ``training.wordlists``; this module is the generator.
 
-Sentence shapes, mixed at random: one fact; several facts about one subject (the subject elided or
-replaced by a pronoun after its first mention); a fact about a work or a company followed by facts
-about the person it names (an entity that is object of one triple and subject of the next);
-biography headers (``张三，男，汉族，1962年5月生，山东济南人``); lists (``葛优、周润发主演``); titles
-with and without 《》; and sentences that name people, places and works but state no relation at all.
+Sentence shapes, mixed at random (shares of records, ``CorpusGenerator._body``): one fact (22%);
+several facts about one subject, the subject elided or replaced by a pronoun after its first mention
+(17%); a fact about a work or a company followed by facts about the person it names, an entity that
+is object of one triple and subject of the next (13%); biography headers (``张三，男，汉族，1962年5月
+生，山东济南人``, 8%); two statements in one text (7%); sentences that name people, places and works
+but state no relation at all (11%); and the everyday shapes of issue 23 (22%): the credits of one
+work in one sentence (``《S》由A执导，B、C主演``, ``《S》的导演是A，主演B和C``, ``A执导、B主演的《S》``,
+``由A作词作曲``), the same predicate twice (``A的首都是B，C的首都是D``), several subjects sharing an
+object (``《A》和《B》都是X写的``), subjects and objects paired by 分别, appositions and side clauses
+(``美国导演A执导的《S》``, ``张三，山东济南人，1962年生，毕业于...``), both parents at once. Every
+predicate has its common verb variants and its 由/被 forms; lists join with 、, 和, 与, 及, 以及;
+titles appear with and without 《》; dates in their everyday forms (``1990年5月3日``, ``1990年``,
+``1990年5月3号``, ``1990.5.3``, ``一九九〇年``).
 """
 
 from __future__ import annotations
@@ -41,12 +49,16 @@ from faker import Faker
 from training.schema import PREDICATES, SCHEMA, SPOUSE_INVERSE, triple_entities
 from training.wordlists import (
     ALBUM_EXTRA,
+    BOOK_TYPES,
     CLOSERS,
     COMPANY_CHARS,
     COMPANY_SUFFIXES,
     COMPOUND_SURNAMES,
     CONTINUATIONS,
     COUNTRY_CAPITALS,
+    CREDIT_NOUNS,
+    CREDIT_TOPICS,
+    CREDITS,
     DEPTS,
     DISTRICT_SUFFIXES,
     ENGLISH_TITLES,
@@ -59,21 +71,27 @@ from training.wordlists import (
     FOREIGN_LAST,
     INDUSTRIES,
     MALE_CHARS,
+    MERGED_ROLES,
     NEGATIVES,
     OCCUPATIONS,
     OPENERS,
+    PARENTS,
     PROVINCE_CITIES,
     PROVINCE_SUFFIX,
     PUBLISHER_PATTERNS,
     PUBLISHERS_FIXED,
     REAL_SCHOOLS,
+    RESPECTIVELY,
     ROLES,
     SCHOOL_PATTERNS,
+    SHARED_OBJECT,
+    SIDE_FACTS,
     SONG_EXTRA,
     TEMPLATES,
     TITLE_MODIFIERS,
     TITLE_NOUNS,
     TITLE_PATTERNS,
+    WORK_KINDS,
 )
 
 
@@ -169,12 +187,16 @@ class CorpusGenerator:
                 return text
         raise RuntimeError("could not draw a name for this split")
 
-    def person(self, male: bool | None = None) -> Person:
+    def person(self, male: bool | None = None, family: str | None = None) -> Person:
+        """A person of this split; with ``family``, a Chinese name of that surname (a father)."""
         r = self.rng
         if male is None:
             male = r.random() < 0.55
 
         def make() -> str:
+            if family is not None:
+                chars = MALE_CHARS if male else FEMALE_CHARS
+                return family + "".join(r.choice(chars) for _ in range(r.choice((1, 2, 2))))
             if r.random() < 0.06:
                 first = r.choice(FOREIGN_FIRST_M if male else FOREIGN_FIRST_F)
                 return f"{first}·{r.choice(FOREIGN_LAST)}"
@@ -228,18 +250,28 @@ class CorpusGenerator:
 
     def date(self, person: bool = True) -> str:
         r = self.rng
-        year = r.randint(1920, 2005) if person else r.randint(1950, 2023)
+        if person:
+            year = r.randint(1920, 2005)
+        else:  # schools and old firms go back further: 复旦大学创建于1905年
+            year = r.randint(1880, 1949) if r.random() < 0.25 else r.randint(1950, 2023)
         month, day = r.randint(1, 12), r.randint(1, 28)
         style = r.random()
-        if style < 0.45:
+        if style < 0.40:
             return f"{year}年{month}月{day}日"
-        if style < 0.7:
+        if style < 0.62:
             return f"{year}年{month}月"
-        if style < 0.85:
+        if style < 0.80:
             return f"{year}年"
-        if style < 0.93:
+        if style < 0.86:
             return f"{year}-{month:02d}-{day:02d}"
-        return f"{year}年{month:02d}月{day:02d}日"
+        if style < 0.91:
+            return f"{year}年{month:02d}月{day:02d}日"
+        if style < 0.95:
+            # Everyday forms: 5月3号, 1990.5.3, 一九九〇年.
+            return f"{year}年{month}月{day}号"
+        if style < 0.97:
+            return f"{year}.{month}.{day}"
+        return "".join("〇一二三四五六七八九"[int(d)] for d in str(year)) + "年"
 
     def country(self) -> str:
         r = self.rng
@@ -336,6 +368,11 @@ class CorpusGenerator:
         if predicate in ("妻子", "母亲"):
             p = self.person(male=False)
             return p.name, p
+        family = _surname(subject_text)
+        if predicate == "父亲" and family and self.rng.random() < 0.7:
+            # A child mostly bears the father's surname: 陈静的父亲陈国华.
+            p = self.person(male=True, family=family)
+            return p.name, p
         if predicate in ("丈夫", "父亲"):
             p = self.person(male=True)
             return p.name, p
@@ -356,6 +393,7 @@ class CorpusGenerator:
             "dept": r.choice(DEPTS),
             "n": str(r.randint(2, 60)),
             "city": self.city(),
+            "btype": r.choice(BOOK_TYPES),
         }
 
     def _join(self, names: list[str]) -> str:
@@ -366,7 +404,9 @@ class CorpusGenerator:
             return "、".join(names)
         if r < 0.8:
             return "、".join(names[:-1]) + "和" + names[-1]
-        return "、".join(names[:-1]) + "与" + names[-1]
+        if r < 0.92:
+            return "、".join(names[:-1]) + "与" + names[-1]
+        return "、".join(names[:-1]) + self.rng.choice(("及", "以及")) + names[-1]
 
     def clause(
         self,
@@ -438,6 +478,9 @@ class CorpusGenerator:
             return self.title("film"), None
         if kind == "歌曲":
             return self.title("song"), None
+        if kind == "机构" and self.rng.random() < 0.35:
+            # Schools are founded too: 复旦大学创建于1905年.
+            return self.school(), None
         if kind in ("企业", "机构"):
             return self.company(), None
         if kind == "国家":
@@ -582,6 +625,286 @@ class CorpusGenerator:
             parts.append(r.choice(OCCUPATIONS))
         return Record("，".join(parts) + "。", triples)
 
+    # ---- everyday shapes (issue 23) ---------------------------------------------------------
+    def _objects(self, predicate: str, subject: str, count: int, taken: set[str]) -> list[str]:
+        """``count`` distinct objects of ``predicate`` for ``subject``, none of them in ``taken``."""
+        objects: list[str] = []
+        for _ in range(50):
+            if len(objects) == count:
+                break
+            name, _ = self._object(predicate, None, subject)
+            if name not in taken and name not in objects and name != subject:
+                objects.append(name)
+        taken.update(objects)
+        return objects
+
+    def _count(self, predicate: str) -> int:
+        r = self.rng
+        return r.choice((1, 2, 2, 3)) if predicate == "主演" else r.choice((1, 1, 1, 2))
+
+    def _fill(self, template: str, values: dict[str, str]) -> str:
+        return _SLOT.sub(lambda m: values[m.group(1)], template)
+
+    def _credits(self) -> Record:
+        """Several credits of one work: 《S》由A执导，B、C主演 / 《S》的导演是A，主演B和C /
+        A执导、B主演的《S》; sometimes one person in several roles (由A自编自导)."""
+        r = self.rng
+        topic = r.choice(("film", "film", "song", "song", "book"))
+        options = list(CREDIT_TOPICS[topic])
+        subject, _ = self._subject_for(options[0])
+        form = r.randrange(3)
+        taken = {subject}
+        segments: list[str] = []
+        triples: list[tuple[str, str, str]] = []
+        merged = [m for m in MERGED_ROLES if set(m[0]) <= set(options)]
+        merged_lead = bool(merged) and r.random() < 0.2
+        if merged_lead:
+            roles, phrasings = r.choice(merged)
+            person = self.person().name
+            taken.add(person)
+            segments.append(r.choice(phrasings).format(o=person))
+            triples.extend((subject, p, person) for p in roles)
+            options = [p for p in options if p not in roles]
+            chosen = r.sample(options, r.randint(0, min(1, len(options))))
+        else:
+            chosen = r.sample(options, r.randint(2, len(options)))
+        if form == 2 and "所属专辑" in chosen:
+            chosen.remove("所属专辑")
+        if "所属专辑" in chosen:  # the album comes last: 由A作词、B作曲，收录于专辑《X》
+            chosen.remove("所属专辑")
+            chosen.append("所属专辑")
+        for predicate in chosen:
+            phrasings = CREDITS[predicate][form]
+            if form == 1 and not segments:
+                phrasings = tuple(t for t in phrasings if "是" in t or "为" in t)
+            template = r.choice(phrasings)
+            objects = self._objects(predicate, subject, self._count(predicate), taken)
+            if not objects:
+                continue
+            many = "{os}" in template
+            values = {"os": self._join(objects), "o": objects[0]}
+            segments.append(self._fill(template, values))
+            triples.extend((subject, predicate, o) for o in (objects if many else objects[:1]))
+        if len(segments) < 2 and len(triples) < 2:
+            return self._single_record()
+        kind = r.choice(WORK_KINDS[topic])
+        title = f"{kind}《{subject}》"
+        listed = any("、" in s or "和" in s for s in segments)
+        album = segments.pop() if segments[-1].startswith("收录") else ""
+        if not segments:  # only the album was left (its credits could not be drawn)
+            return self._single_record()
+        if form == 0:
+            sep = "，" if listed or topic != "song" else r.choice(("，", "、"))
+            rest = [s if r.random() < 0.7 else "由" + s for s in segments[1:]]
+            text = title + "由" + sep.join([segments[0], *rest])
+        elif form == 1 and not merged_lead:
+            text = title + "的" + "，".join(segments)
+        elif form == 1:  # a merged role leads: 《S》由A自编自导，主演是B
+            text = title + "由" + "，".join(segments)
+        else:
+            sep = "，" if listed else "、"
+            text = sep.join(segments) + "的" + title + r.choice(CONTINUATIONS["影视作品"])
+        if album:
+            text += "，" + album
+        return Record(text + "。", triples)
+
+    def _single_record(self) -> Record:
+        rec = self._single()
+        rec.text += "。"
+        return rec
+
+    def _render_subjects(self, predicate: str, subjects: list[str]) -> str:
+        kind = dict((p, s) for p, s, _ in SCHEMA)[predicate]
+        if kind in ("图书作品", "书籍", "影视作品", "歌曲"):
+            return self._join([f"《{s}》" for s in subjects])
+        return self._join(subjects)
+
+    def _shared(self) -> Record:
+        """Several subjects, one object: 《A》和《B》都是X写的; 张三、李四都毕业于北京大学."""
+        r = self.rng
+        predicate = r.choice(sorted(SHARED_OBJECT))
+        n = r.choice((2, 2, 3))
+        subjects: list[str] = []
+        for _ in range(10):
+            if len(subjects) == n:
+                break
+            s, _ = self._subject_for(predicate)
+            if s not in subjects:
+                subjects.append(s)
+        obj = self._objects(predicate, subjects[0], 1, set(subjects))
+        if not obj:
+            return self._single_record()
+        values = {"ss": self._render_subjects(predicate, subjects), "o": obj[0]}
+        text = self._fill(r.choice(SHARED_OBJECT[predicate]), values)
+        return Record(text + "。", [(s, predicate, obj[0]) for s in subjects])
+
+    def _respectively(self) -> Record:
+        """Subjects and objects paired in order: 意大利、西班牙的首都分别是罗马、马德里."""
+        r = self.rng
+        predicate = r.choice(sorted(RESPECTIVELY))
+        n = r.choice((2, 2, 3))
+        subjects: list[str] = []
+        if predicate == "首都":
+            subjects = [c for c, _ in r.sample(COUNTRY_CAPITALS, n)]
+        else:
+            for _ in range(10):
+                if len(subjects) == n:
+                    break
+                s, _ = self._subject_for(predicate)
+                if s not in subjects:
+                    subjects.append(s)
+        taken = set(subjects)
+        objects = [self._objects(predicate, s, 1, taken) for s in subjects]
+        if not all(objects) or len(subjects) < 2:
+            return self._single_record()
+        pairs = [(s, o[0]) for s, o in zip(subjects, objects, strict=True)]
+        style = r.random()
+
+        def join(names: list[str]) -> str:
+            if style < 0.5:
+                return "、".join(names)
+            return "、".join(names[:-1]) + "和" + names[-1]
+
+        kind = dict((p, s) for p, s, _ in SCHEMA)[predicate]
+        titled = kind in ("图书作品", "书籍", "影视作品", "歌曲")
+        values = {
+            "ss": join([f"《{s}》" if titled else s for s in subjects]),
+            "os": join([o for _, o in pairs]),
+        }
+        text = self._fill(r.choice(RESPECTIVELY[predicate]), values)
+        return Record(text + "。", [(s, predicate, o) for s, o in pairs])
+
+    def _parallel(self) -> Record:
+        """The same predicate twice, about different subjects: A的首都是B，C的首都是D."""
+        r = self.rng
+        # Capitals come in pairs most often (A的首都是B，C的首都是D).
+        predicate = "首都" if r.random() < 0.15 else r.choice(PREDICATES)
+        # Phrasings without a comma or bracket of their own, so the clauses stay apart.
+        phrasings = [t for t in TEMPLATES[predicate] if not any(c in t for c in "，（；")]
+        template = r.choice(phrasings)
+        parts: list[str] = []
+        triples: list[tuple[str, str, str]] = []
+        names: set[str] = set()
+        for _ in range(r.choice((2, 2, 3))):
+            subject, person = self._subject_for(predicate)
+            same = template if r.random() < 0.8 else r.choice(phrasings)
+            c = self.clause(predicate, subject, person, template=same)
+            found = {x for t in c.triples for x in (t[0], t[2])}
+            if found & names or any(a in b or b in a for a in found for b in names):
+                continue
+            names |= found
+            parts.append(c.text)
+            triples.extend(c.triples)
+        if len(parts) < 2:
+            return self._single_record()
+        sep = r.choice(("，", "，", "；", "，而" if len(parts) == 2 else "，"))
+        return Record(sep.join(parts) + "。", triples)
+
+    def _apposition(self) -> Record:
+        """Side facts set off by commas or brackets: 张三，山东济南人，1962年生，毕业于北京大学;
+        美国导演张三执导的《S》; 《S》的作者是张三，浙江绍兴人."""
+        r = self.rng
+        person = self.person()
+        name = person.name
+        x = r.random()
+        if x < 0.4:
+            # A trade (and a nationality or ethnicity) before a credit.
+            predicate = r.choice(sorted(CREDIT_NOUNS))
+            topic = {"导演": "film", "编剧": "film", "主演": "film", "作者": "book"}.get(
+                predicate, "song"
+            )
+            subject, _ = self._subject_for(predicate)
+            triples = [(subject, predicate, name)]
+            lead = ""
+            y = r.random()
+            if y < 0.4:
+                lead = self.country()
+                triples.append((name, "国籍", lead))
+            elif y < 0.55:
+                lead = self.ethnicity()
+                triples.append((name, "民族", lead))
+            noun = r.choice(CREDIT_NOUNS[predicate])
+            # Not the trade twice (导演A导演的): 导演A执导的.
+            verb = r.choice([v for v in CREDITS[predicate][2] if v[4:] not in noun])
+            kind = r.choice(WORK_KINDS[topic])
+            tail = r.choice(CONTINUATIONS["影视作品"])
+            text = lead + noun + verb.format(os=name) + f"的{kind}《{subject}》" + tail
+            return Record(text + "。", triples)
+        sides = r.sample(sorted(SIDE_FACTS), r.choice((1, 1, 2, 3)))
+        side_texts: list[str] = []
+        triples = []
+        for predicate in sides:
+            obj = self._objects(predicate, name, 1, {name, *(t[2] for t in triples)})
+            if not obj:
+                continue
+            side_texts.append(r.choice(SIDE_FACTS[predicate]).format(o=obj[0]))
+            triples.append((name, predicate, obj[0]))
+        if x < 0.75:
+            # 张三（1962年5月3日－），...; then a fact about the person.
+            if r.random() < 0.3 and "出生日期" not in sides:
+                d = self.date()
+                head = f"{name}（{d}－）"
+                triples.append((name, "出生日期", d))
+            else:
+                head = name
+            mains = [p for p in self.TOPICS["person"] if p not in sides and p != "丈夫"]
+            if not person.male:
+                mains = [p if p != "妻子" else "丈夫" for p in mains]
+            named = {o for _, _, o in triples}
+            for _ in range(5):
+                c = self.clause(r.choice(mains), name, person)
+                if any(t[2] in named or t[0] in named for t in c.triples):
+                    continue
+                if c.elided is not None:
+                    rest = c.elided
+                elif _pronounable(c.text, name):
+                    rest = person.pronoun + c.text[len(name) :]
+                else:
+                    continue
+                text = head + "，" + "，".join([*side_texts, rest]) + "。"
+                return Record(text, triples + c.triples)
+            return Record(head + "，" + "，".join(side_texts) + "。", triples)
+        # 《S》的作者是张三，浙江绍兴人.
+        predicate = r.choice(("导演", "作者", "歌手", "编剧", "作词", "作曲", "主演"))
+        subject, _ = self._subject_for(predicate)
+        ending = [t for t in TEMPLATES[predicate] if t.endswith("{os}")]
+        c = self.clause(predicate, subject, None, objects=[name], template=r.choice(ending))
+        if not side_texts:
+            return Record(c.text + "。", c.triples)
+        return Record(c.text + "，" + "，".join(side_texts) + "。", c.triples + triples)
+
+    def _parents(self) -> Record:
+        """Father and mother in one sentence: 陈静的父亲是陈国华，母亲是李秀兰."""
+        r = self.rng
+        child = self.person()
+        family = _surname(child.name)
+        if family and r.random() < 0.8:
+            father = self.person(male=True, family=family).name
+        else:
+            father = self.person(male=True).name
+        mother = self.person(male=False).name
+        if len({child.name, father, mother}) < 3:
+            return self._single_record()
+        values = self._decorations(child)
+        values.update(s=child.name, f=father, m=mother, occ2=r.choice(OCCUPATIONS))
+        values["~"] = r.choice(CONTINUATIONS["人物"])
+        text = self._fill(r.choice(PARENTS), values)
+        return Record(text + "。", [(child.name, "父亲", father), (child.name, "母亲", mother)])
+
+    def _everyday(self) -> Record:
+        x = self.rng.random()
+        if x < 0.30:
+            return self._credits()
+        if x < 0.47:
+            return self._parallel()
+        if x < 0.63:
+            return self._shared()
+        if x < 0.76:
+            return self._respectively()
+        if x < 0.93:
+            return self._apposition()
+        return self._parents()
+
     def _negative(self) -> Record:
         r = self.rng
         template = r.choice(NEGATIVES)
@@ -614,21 +937,21 @@ class CorpusGenerator:
     def _body(self, allow_compound: bool = True) -> Record:
         r = self.rng
         x = r.random()
-        if x < 0.12:
+        if x < 0.11:
             return self._negative()
-        if x < 0.40:
-            rec = self._single()
-            rec.text += "。"
-            return rec
-        if x < 0.62:
+        if x < 0.33:
+            return self._single_record()
+        if x < 0.50:
             text, triples, _ = self._chain(
                 r.choice(("person", "person", "book", "film", "song", "company"))
             )
             return Record(text, triples)
-        if x < 0.80:
+        if x < 0.63:
             return self._hop()
-        if x < 0.90 or not allow_compound:
+        if x < 0.71:
             return self._bio_header()
+        if x < 0.93 or not allow_compound:
+            return self._everyday()
         return self._compound()
 
     def record(self) -> Record:
@@ -664,6 +987,17 @@ class CorpusGenerator:
     def records(self, n: int) -> Iterator[Record]:
         for _ in range(n):
             yield self.record()
+
+
+def _surname(name: str) -> str | None:
+    """The family name of a Chinese name (``欧阳`` of ``欧阳修``); None for a foreign name, a
+    nickname (小李, 老周) or anything that is not a person's name."""
+    if len(name) < 2 or name[0] in "小老" or not all("\u4e00" <= c <= "\u9fff" for c in name):
+        return None
+    for compound in COMPOUND_SURNAMES:
+        if name.startswith(compound) and len(name) > len(compound):
+            return compound
+    return name[0]
 
 
 def _pronounable(text: str, subject: str) -> bool:

@@ -1,0 +1,180 @@
+"""Issue 23: the generator writes facts the way everyday Chinese text does (verb variants, 由 and 被
+forms, appositions, several facts per sentence, coordinated subjects and objects, everyday dates)."""
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from training.corpus import CorpusGenerator, Record, _surname
+from training.schema import PREDICATES, SPOUSE_INVERSE
+from training.wordlists import TEMPLATES
+
+
+@pytest.fixture(scope="module")
+def records() -> list[Record]:
+    return list(CorpusGenerator(seed=23).records(3000))
+
+
+def _shape(name: str, n: int = 300, seed: int = 3) -> list[Record]:
+    gen = CorpusGenerator(seed=seed)
+    make: Callable[[], Record] = getattr(gen, name)
+    return [make() for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("predicate", "phrases"),
+    [
+        ("作者", ("所著", "写的", "创作的", "出自{os}之手", "作者是")),
+        ("成立日期", ("创建于", "创办于", "成立于", "始建于", "建于")),
+        ("出生日期", ("生于", "出生")),
+        ("毕业院校", ("毕业于", "从{o}毕业", "校友", "就读于")),
+        ("首都", ("{s}的首都是{o}", "{o}是{s}的首都")),
+        ("导演", ("由{os}导演", "由{os}执导")),
+        ("主演", ("由{os}主演",)),
+        ("出版社", ("由{o}出版",)),
+        ("创始人", ("由{os}创立",)),
+        ("董事长", ("被任命为",)),
+    ],
+)
+def test_corpus_everyday_verb_variants_per_predicate(predicate: str, phrases: tuple) -> None:
+    templates = TEMPLATES[predicate]
+    for phrase in phrases:
+        assert any(phrase in t for t in templates), (predicate, phrase)
+
+
+def test_corpus_everyday_every_predicate_has_a_passive_or_by_form() -> None:
+    """Every predicate of a work or a company has a 由/被 phrasing; people's facts have none."""
+    for predicate in ("作者", "出版社", "导演", "主演", "编剧", "歌手", "作词", "作曲", "创始人"):
+        assert any("由" in t for t in TEMPLATES[predicate]), predicate
+    assert any("被" in t for t in TEMPLATES["所属专辑"])
+
+
+@pytest.mark.parametrize(
+    "shape", ["_credits", "_shared", "_respectively", "_parallel", "_apposition", "_parents"]
+)
+def test_corpus_everyday_shapes_spans_are_exact(shape: str) -> None:
+    """Each argument of each triple is a span of the text, and names do not nest in each other."""
+    recs = _shape(shape)
+    assert sum(1 for r in recs if len(r.triples) >= 2) > 0.6 * len(recs)
+    for rec in recs:
+        for s, p, o in rec.triples:
+            assert p in PREDICATES
+            assert s in rec.text and o in rec.text, (rec.text, s, p, o)
+        assert rec.text.endswith("。")
+
+
+def test_corpus_everyday_credits_name_several_roles_in_one_sentence() -> None:
+    recs = _shape("_credits")
+    multi = [r for r in recs if len({p for _, p, _ in r.triples}) >= 2]
+    assert len(multi) > 0.8 * len(recs)
+    assert all(r.text.count("。") == 1 for r in multi)
+    assert any(re.search(r"由.+执导，.+主演", r.text) for r in multi)
+    assert any(re.search(r"的导演是.+，主演", r.text) for r in multi)
+    # one person in several roles: 《S》由A作词作曲
+    assert any(
+        len({p for _, p, o in r.triples if o == r.triples[0][2]}) >= 2 for r in recs if r.triples
+    )
+
+
+def test_corpus_everyday_same_predicate_twice(records: list[Record]) -> None:
+    """意大利的首都是罗马，西班牙的首都是马德里: both facts are gold."""
+    recs = _shape("_parallel")
+    capitals = [r for r in recs if sum(1 for _, p, _ in r.triples if p == "首都") >= 2]
+    assert any(re.search(r"的首都[是为叫].+[，；].+的首都[是为叫]", r.text) for r in capitals)
+    assert sum(1 for r in records if sum(1 for _, p, _ in r.triples if p == "首都") >= 2) > 10
+    same = [
+        r
+        for r in recs
+        if len({s for s, _, _ in r.triples}) >= 2
+        and len({p for _, p, _ in r.triples} - set(SPOUSE_INVERSE)) <= 1
+    ]
+    assert len(same) > 0.7 * len(recs)
+
+
+def test_corpus_everyday_lists_every_member_is_gold() -> None:
+    """In 由A、B和C主演 every name of the list is an object, the first one included."""
+    for rec in _shape("_credits", 400):
+        for m in re.finditer(r"由([^，。由]+?)(?:等)?(?:领衔)?主演", rec.text):
+            names = re.split(r"、|和|与|以及|及", m.group(1))
+            gold = {o for _, p, o in rec.triples if p == "主演"}
+            assert set(names) == gold, (rec.text, names, gold)
+
+
+def test_corpus_everyday_respectively_pairs_in_order() -> None:
+    for rec in _shape("_respectively"):
+        if "分别" not in rec.text:
+            continue
+        pairs = sorted(rec.triples, key=lambda t: rec.text.index(t[0]))
+        objects_at = [rec.text.index(o, rec.text.index("分别")) for _, _, o in pairs]
+        assert objects_at == sorted(objects_at), rec.text
+
+
+def test_corpus_everyday_shared_subjects_share_the_object() -> None:
+    recs = _shape("_shared")
+    shared = [r for r in recs if len({s for s, _, _ in r.triples}) >= 2]
+    assert len(shared) > 0.9 * len(recs)
+    for rec in shared:
+        assert len({o for _, _, o in rec.triples}) == 1, rec.text
+
+
+def test_corpus_everyday_appositions_add_side_facts() -> None:
+    recs = _shape("_apposition")
+    # 美国导演A执导的《S》: a credit and the person's nationality
+    assert any({"导演", "国籍"} <= {p for _, p, _ in r.triples} for r in recs)
+    # A，山东济南人，1962年生，...
+    assert any(re.match(r"^[^，]+，[^，]+人，", r.text) for r in recs)
+
+
+def test_corpus_everyday_dates_and_founded_schools(records: list[Record]) -> None:
+    dates = [o for r in records for _, p, o in r.triples if p in ("出生日期", "成立日期")]
+    assert any(d.endswith("号") for d in dates)
+    assert any(re.fullmatch(r"[〇一二三四五六七八九]{4}年", d) for d in dates)
+    assert any(re.fullmatch(r"\d{4}年", d) for d in dates)
+    founded = {s for r in records for s, p, _ in r.triples if p == "成立日期"}
+    assert any(s.endswith(("大学", "学院")) for s in founded)
+
+
+def test_corpus_everyday_entities_typed(records: list[Record]) -> None:
+    """New shapes keep the NER labels right: a school founded is an 机构, a capital a 地点."""
+    for rec in records:
+        named = dict(rec.entities)
+        for s, p, o in rec.triples:
+            if p == "成立日期":
+                assert named[s] == "机构" and named[o] == "日期"
+            if p == "首都":
+                assert named[s] == named[o] == "地点"
+            if p in ("主演", "导演", "作者"):
+                assert named[s] == "作品" and named[o] == "人物"
+
+
+def test_corpus_everyday_both_parents_in_one_sentence() -> None:
+    for rec in _shape("_parents", 100):
+        assert {p for _, p, _ in rec.triples} == {"父亲", "母亲"}, rec.text
+        assert len({s for s, _, _ in rec.triples}) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [("陈国华", "陈"), ("欧阳修", "欧阳"), ("小李", None), ("莉莉·刘易斯", None), ("张", None)],
+)
+def test_corpus_everyday_surname(name: str, family: str | None) -> None:
+    assert _surname(name) == family
+
+
+def test_corpus_everyday_fathers_mostly_share_the_surname(records: list[Record]) -> None:
+    pairs = [(s, o) for r in records for s, p, o in r.triples if p == "父亲" and _surname(s)]
+    same = sum(1 for s, o in pairs if _surname(o) == _surname(s))
+    assert 0.5 * len(pairs) < same < len(pairs)
+
+
+def test_corpus_everyday_founding_years_reach_back(records: list[Record]) -> None:
+    years = [
+        int(m.group())
+        for r in records
+        for _, p, o in r.triples
+        if p == "成立日期"
+        for m in [re.match(r"\d{4}", o)]
+        if m
+    ]
+    assert min(years) < 1950 <= max(years)
