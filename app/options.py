@@ -451,14 +451,15 @@ def _click_option(option: Option, command: str) -> Decorator:
         kwargs["is_flag"] = True
     else:
         kwargs["type"] = click.Choice(option.choices) if option.choices else OptionType(option)
-        kwargs["metavar"] = option.metavar
-        # What the command gets when the flag is not given: the option's default, or (for a command
-        # that reads SPO_*) None, so the variable applies.
-        kwargs["default"] = None if command in ENV_COMMANDS else option.default
-        if option.doc_default is not None:
-            kwargs["show_default"] = option.doc_default.replace("`", "")
-        else:
-            kwargs["show_default"] = option.default not in (None, "", ())
+        kwargs["metavar"] = option.metavar or kwargs["type"].name.upper()
+        kwargs["default"] = option.default
+        if command in ENV_COMMANDS:
+            # The flag's text stands in for the variable's and is parsed and checked with every other
+            # setting, so one run reports them all; not given, the variable (or the default) applies.
+            kwargs["type"], kwargs["default"] = click.STRING, None
+        written = option.doc_default is not None or command in ENV_COMMANDS
+        shown = option.default not in (None, "", ())
+        kwargs["show_default"] = option.doc_value().strip("`") if written and shown else shown
     return click.option(*option.flags, option.name, **kwargs)
 
 

@@ -82,6 +82,10 @@ def spark_extract(
     A bad record is an error row, never a failed job. See docs/spark.md.
     """
     try:
+        model_dir = model_directory(model)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
         from app import spark as spo_spark
     except ImportError as exc:
         raise click.ClickException(
@@ -91,10 +95,6 @@ def spark_extract(
         raise click.ClickException(
             "Spark needs a Java runtime (17 or 21): apt-get install openjdk-17-jre-headless"
         )
-    try:
-        model_dir = model_directory(model)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
     settings: dict[str, str] = {}
     for conf in confs:
         key, sep, value = conf.partition("=")
