@@ -13,7 +13,7 @@ help. From ``OPTIONS`` come:
 A command's file arguments and pass-through options (``-o``, ``--metrics-file``, Spark's ``--conf``)
 stay beside the command. This module is low: it imports click and ``nlp.config``, nothing of ``app``.
 
->>> OPTIONS["max_texts"].parse_text("1_000")
+>>> OPTIONS["max_texts"].parse("1_000")
 1000
 >>> OPTIONS["max_texts"].problems(0)
 ['must be between 1 and 10000, got 0']
@@ -216,13 +216,6 @@ class Option:
 
     def flags_for(self, command: str) -> tuple[str, ...]:
         return self.flags if command in self.commands else ()
-
-    def parse_text(self, raw: str) -> Any:
-        """The value of ``raw`` (a variable's or a flag's text); ``ValueError`` says what is wrong."""
-        value = self.parse(raw)
-        if self.choices and value not in self.choices:
-            raise ValueError(f"must be one of {', '.join(self.choices)}, got {value!r}")
-        return value
 
     def problems(self, value: Any) -> list[str]:
         """What is wrong with ``value`` (``None`` is always fine: the option is not set)."""
@@ -431,7 +424,7 @@ class OptionType(click.ParamType[Any]):
         if not isinstance(value, str):  # a default, already a value
             return value
         try:
-            parsed = self.option.parse_text(value.strip())
+            parsed = self.option.parse(value.strip())
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         problems = self.option.problems(parsed)

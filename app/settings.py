@@ -114,7 +114,7 @@ class Settings:
     access_log: bool
     log_input_text: bool
 
-    def __init__(self, require_model: bool = True, **values: Any) -> None:
+    def __init__(self, *, require_model: bool = True, **values: Any) -> None:
         """A field given as a keyword, else its default (``app.options``). ``require_model``, not a
         setting: False skips the check that the model directory exists (a worker's: a missing model
         is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before

@@ -129,7 +129,7 @@ def test_docs_rest_settings_table_names_defaults_as_settings_parse_them() -> Non
             assert getattr(settings, name) == option.default, name
             if isinstance(option.default, (int, str)) and option.default != "":
                 written = option.doc_value().strip("`")
-                assert option.parse_text(written) == option.default, name
+                assert option.parse(written) == option.default, name
 
 
 # -- command-line flags ---------------------------------------------------------------------------
