@@ -248,6 +248,7 @@ _BOTH = frozenset({"extract", "spark-extract"})
 _SERVE = frozenset({"serve"})
 _COUNT = in_range(0, 10**9)
 
+# Option(name, default, help, parse, check, ...): kept compact, one option to a few lines.
 # fmt: off
 _TABLE = (
     # -- the model(s) ---------------------------------------------------------------------------------
@@ -256,18 +257,10 @@ _TABLE = (
            _path, doc_default="the embedded demo model"),
     Option("models", (), "several models, NAME=DIR,NAME=DIR, the first the default; instead of "
            "SPO_MODEL_DIR", _models, _model_names),
-    Option(
-        "model",
-        None,
-        "A model name of SPO_MODELS (the names the service uses), or a model directory. Default: "
-        "the service's default model (the first of SPO_MODELS, else SPO_MODEL_DIR, else "
-        "models/demo).",
-        env=False,
-        flags=("--model", "-m"),
-        commands=_BOTH,
-        old={"extract": ("--model-dir",)},
-        metavar="NAME|DIR",
-    ),
+    Option("model", None, "A model name of SPO_MODELS (the names the service uses), or a model "
+           "directory. Default: the service's default model (the first of SPO_MODELS, else "
+           "SPO_MODEL_DIR, else models/demo).", env=False, flags=("--model", "-m"),
+           commands=_BOTH, old={"extract": ("--model-dir",)}, metavar="NAME|DIR"),
     Option("precision", DEFAULT_PRECISION, precision_help(), flags=("--precision",),
            commands=_BOTH, **_choices(PRECISIONS)),
     Option("load_mode", "boot", "boot: a worker accepts only once warm; background: it answers 503 "
@@ -276,15 +269,9 @@ _TABLE = (
            "at most this many seconds apart", _int, in_range(1, 3600)),
     # -- limits per request and per text --------------------------------------------------------------
     Option("max_texts", 64, "most texts in one request", _int, in_range(1, 10_000)),
-    Option(
-        "max_text_chars",
-        DEFAULT_MAX_TEXT_CHARS,
-        "most characters in one text; a longer one gets a text_too_long error",
-        _int,
-        in_range(1, 1_000_000),
-        flags=("--max-text-chars",),
-        commands=_BOTH,
-    ),
+    Option("max_text_chars", DEFAULT_MAX_TEXT_CHARS, "most characters in one text; a longer one "
+           "gets a text_too_long error", _int, in_range(1, 1_000_000), flags=("--max-text-chars",),
+           commands=_BOTH),
     Option("max_body_bytes", 1 << 20, "largest request body in bytes (nginx's client_max_body_size "
            "too)", _int, in_range(1024, 1 << 30)),
     Option("max_request_tokens", 4096, "most model tokens one request may run, counted after "
@@ -323,18 +310,10 @@ _TABLE = (
     Option("bind", "127.0.0.1:8000", "gunicorn's address, HOST:PORT or unix:PATH", check=matches(
            _BIND, "expected HOST:PORT or unix:PATH, got {item!r}"), flags=("--bind", "-b"),
            commands=_SERVE),
-    Option(
-        "workers",
-        0,
-        "gunicorn worker processes (gthread; model calls are serialized per worker); auto (or 0): "
-        "usable CPUs (CPU quota, then affinity), capped by the memory limit",
-        _workers,
-        in_range(0, 256),
-        flags=("--workers", "-w"),
-        commands=_SERVE,
-        metavar="N|auto",
-        doc_default="auto",
-    ),
+    Option("workers", 0, "gunicorn worker processes (gthread; model calls are serialized per "
+           "worker); auto (or 0): usable CPUs (CPU quota, then affinity), capped by the memory limit",
+           _workers, in_range(0, 256), flags=("--workers", "-w"), commands=_SERVE, metavar="N|auto",
+           doc_default="auto"),
     Option("threads", 4, "threads per worker (model calls are serialized; the rest overlap)", _int,
            in_range(1, 256)),
     Option("intra_op_threads", None, "TensorFlow (or ONNX Runtime) intra-op threads per worker",
