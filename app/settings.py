@@ -250,8 +250,9 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def problems(self, *, require_model: bool = True) -> list[str]:
-        """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well): each option's
-        own check (``app.options``), then what a field must be given the others."""
+        """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well): the model
+        directories, each option's own check (``app.options``), then what a field must be given the
+        others."""
         out: list[str] = []
 
         def bad(name: str, problem: str) -> None:
