@@ -36,6 +36,7 @@ from pathlib import Path
 import click
 
 from app.master import check_model_dir
+from app.options import click_options
 from app.settings import JEMALLOC_PATH, Settings, SettingsError
 from nlp.errors import SpoError
 
@@ -240,13 +241,7 @@ def _settings(env: Mapping[str, str]) -> Settings:
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True})
-@click.option("--bind", "-b", help="HOST:PORT or unix:PATH (env SPO_BIND, default 127.0.0.1:8000).")
-@click.option(
-    "--workers",
-    "-w",
-    type=int,
-    help="Worker processes (env SPO_WORKERS; default: usable CPUs, capped by the memory limit).",
-)
+@click_options("serve")
 @click.option(
     "--nginx",
     "nginx_listen",

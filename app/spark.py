@@ -494,7 +494,7 @@ class SparkExtractOptions:
         if self.input_format not in INPUT_FORMATS:
             out.append(f"--input-format must be one of {', '.join(INPUT_FORMATS)}")
         if self.output_format not in OUTPUT_FORMATS:
-            out.append(f"--format must be one of {', '.join(OUTPUT_FORMATS)}")
+            out.append(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
         if self.partitions is not None and self.partitions < 1:
             out.append("--partitions must be positive")
         if self.precision not in PRECISIONS:

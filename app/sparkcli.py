@@ -12,9 +12,8 @@ from pathlib import Path
 
 import click
 
-from app.options import precision_option
-from app.settings import DEFAULT_MODEL_DIR
-from nlp.config import DEFAULT_MAX_TEXT_CHARS
+from app.options import click_options
+from app.settings import model_directory
 
 INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spark)"
 
@@ -27,28 +26,6 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spar
     metavar="URL",
     help="Spark master (local[N], spark://HOST:PORT, yarn, k8s://...); default: what spark-submit "
     "set, else local[*].",
-)
-@click.option(
-    "--partitions",
-    type=click.IntRange(1),
-    help="Tasks that run the model (default: one per input split). Order is kept either way.",
-)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["jsonl", "parquet"]),
-    default="jsonl",
-    show_default=True,
-    help="Output: JSON lines (spo extract's lines) or Parquet (nested entities/triples/error).",
-)
-@click.option(
-    "-m",
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_MODEL_DIR,
-    show_default=True,
-    help="Model directory; it must be on storage every node sees, unless --ship-model.",
 )
 @click.option(
     "--ship-model",
@@ -69,51 +46,31 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spar
     "(cluster masters; see docs/spark.md).",
 )
 @click.option(
-    "--input-format",
-    type=click.Choice(["auto", "txt", "jsonl"]),
-    default="auto",
-    show_default=True,
-    help="auto: from each file's suffix (.txt, .jsonl, .ndjson, .json, also .gz).",
-)
-@click.option(
-    "--text-field", default="text", show_default=True, help="JSONL field holding the text."
-)
-@click.option("--id-field", default="id", show_default=True, help="JSONL field holding the id.")
-@click.option(
-    "--max-text-chars",
-    type=click.IntRange(1),
-    default=DEFAULT_MAX_TEXT_CHARS,
-    show_default=True,
-    help="Longer texts get a text_too_long error row.",
-)
-@precision_option()
-@click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT.")
-@click.option(
     "--conf",
     "confs",
     multiple=True,
     metavar="KEY=VALUE",
     help="Extra Spark configuration (repeatable), e.g. --conf spark.task.cpus=2.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click_options("spark-extract")
 def spark_extract(
     inputs: tuple[str, ...],
     output: str,
     master: str | None,
-    partitions: int | None,
-    output_format: str,
-    model_dir: Path,
     ship_model: bool,
     python: str | None,
     python_env: str | None,
+    confs: tuple[str, ...],
+    model: str | None,
+    precision: str,
+    max_text_chars: int,
     input_format: str,
+    output_format: str,
     text_field: str,
     id_field: str,
-    max_text_chars: int,
-    precision: str,
     force: bool,
-    confs: tuple[str, ...],
     quiet: bool,
+    partitions: int | None,
 ) -> None:
     """Extract from INPUTS (files, directories or globs Spark can read) into OUTPUT on Spark.
 
@@ -121,8 +78,13 @@ def spark_extract(
     Inputs: text lines (id = line number) or JSON lines {"id": ..., "text": ...}, as spo extract.
     OUTPUT: a directory of part files, one row per input line, in input order:
             {"id", "entities", "triples"} or {"id", "error": {"code", "message"}}.
+    The model (--model) must be on storage every node sees, unless --ship-model.
     A bad record is an error row, never a failed job. See docs/spark.md.
     """
+    try:
+        model_dir = model_directory(model)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         from app import spark as spo_spark
     except ImportError as exc:

@@ -9,7 +9,6 @@ allows (``tests/app/test_nginx.py::test_nginx_allow_list_agrees_with_the_app``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -19,7 +18,8 @@ import click
 import pytest
 
 from app.cli import main
-from app.settings import FIELDS, PREFIX, Settings
+from app.options import SETTINGS, settings_table
+from app.settings import Settings
 from nlp.manifest import parse_manifest
 from tests import PROJECT_ROOT
 
@@ -108,65 +108,28 @@ def test_docs_manifest_docstring_example_names_every_field() -> None:
 
 
 # -- settings -------------------------------------------------------------------------------------
-# Defaults computed at run time, and how docs/rest.md states them.
-COMPUTED_DEFAULTS = {
-    "model_dir": "the embedded demo model",
-    "workers": "auto",
-    "intra_op_threads": "usable CPUs ÷ workers",
-    "pid_file": "/tmp/spo-service-<address>.pid",
-}
-
-
-def _doc_default(value: Any) -> str:
-    """A default as docs/rest.md writes it (units and remarks stripped by ``_plain``)."""
-    if value is None or value == "" or value == ():
-        return "(none)"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _plain(cell: str) -> str:
-    """``30 s`` -> ``30``, ``0 (off)`` -> ``0``, ```fp32``` -> ``fp32``."""
-    cell = cell.replace("`", "").strip()
-    cell = re.sub(r"^(.+?) \([^)]*\)$", r"\1", cell)
-    return re.sub(r"^(\d+) s$", r"\1", cell)
-
-
-def test_docs_rest_settings_table_matches_the_declarations() -> None:
-    rows = _table(_read(PROJECT_ROOT / "docs" / "rest.md"), "| variable | default |")
-    defaults = {f.name: f.default for f in dataclasses.fields(Settings) if f.name in FIELDS}
-    documented: dict[str, str] = {}
-    for row in rows:
-        names = _code_names(row[0])
-        values = [v.strip() for v in row[1].split(" / ")]
-        if len(values) == 1:  # one default for every variable of the row
-            values *= len(names)
-        assert len(values) == len(names), f"{row[0]}: {len(names)} variables, defaults {values}"
-        for var, value in zip(names, values, strict=True):
-            assert var.startswith(PREFIX), var
-            documented[var[len(PREFIX) :].lower()] = value
-    assert set(documented) == set(FIELDS), (
-        f"docs/rest.md lacks {sorted(set(FIELDS) - set(documented))}, "
-        f"documents unknown {sorted(set(documented) - set(FIELDS))}"
+def test_docs_rest_settings_table_is_the_declarations() -> None:
+    """docs/rest.md's settings table is ``app.options.settings_table()``: every ``SPO_*`` variable,
+    its default and its help as ``app/options.py`` declares them (``python -m app.options`` prints
+    the table to paste)."""
+    text = _read(PROJECT_ROOT / "docs" / "rest.md")
+    rows = _table(text, "| variable | default | meaning |")
+    expected = _table(settings_table(), "| variable | default | meaning |")
+    assert [r[0] for r in rows] == [f"`{o.var}`" for o in SETTINGS.values()], (
+        "docs/rest.md's settings are not app.options' (python -m app.options prints them)"
     )
-    for name, value in documented.items():
-        if name in COMPUTED_DEFAULTS:
-            assert value.replace("`", "") == COMPUTED_DEFAULTS[name], name
-        else:
-            assert _plain(value) == _doc_default(defaults[name]), f"SPO_{name.upper()}: {value}"
+    assert rows == expected, "docs/rest.md's settings table differs: python -m app.options"
 
 
-def test_docs_rest_settings_table_helper_reads_units_and_remarks() -> None:
-    assert [_plain(c) for c in ("30 s", "0 (off)", "`fp32`", "(none)", "10000")] == [
-        "30",
-        "0",
-        "fp32",
-        "(none)",
-        "10000",
-    ]
+def test_docs_rest_settings_table_names_defaults_as_settings_parse_them() -> None:
+    """Each default the table writes is the default ``Settings`` has (a computed one aside)."""
+    settings = Settings(require_model=False, workers=1)
+    for name, option in SETTINGS.items():
+        if option.doc_default is None:
+            assert getattr(settings, name) == option.default, name
+            if isinstance(option.default, (int, str)) and option.default != "":
+                written = option.doc_value().strip("`")
+                assert option.parse(written) == option.default, name
 
 
 # -- command-line flags ---------------------------------------------------------------------------

@@ -12,38 +12,9 @@ from app.batch.output import OutputError
 from app.batch.records import InputError
 from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
-from app.options import precision_option
-from app.settings import Settings, SettingsError
-from nlp.config import DEFAULT_MAX_TEXT_CHARS
+from app.options import click_options
+from app.settings import model_directory
 from nlp.errors import SpoError
-
-
-def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int]:
-    if value is None:
-        return (1, 1)
-    try:
-        k, n = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise click.BadParameter(f"expected K/N (e.g. 2/8), got {value!r}") from None
-    if not 1 <= k <= n:
-        raise click.BadParameter(f"expected 1 <= K <= N, got {value!r}")
-    return (k, n)
-
-
-def _model_directory(ref: str | None) -> Path:
-    """The directory of ``--model NAME|DIR``, as the service resolves names (``SPO_MODELS``,
-    ``SPO_MODEL_DIR``); ``None`` is the service's default model."""
-    try:
-        table = Settings.from_env(only=("model_dir", "models"))
-    except SettingsError as exc:
-        # A directory given outright needs no model table (nor a valid one).
-        if ref is not None and Path(ref).expanduser().is_dir():
-            return Path(ref).expanduser().resolve()
-        raise click.UsageError(str(exc)) from None
-    try:
-        return table.resolve_model(ref)[1]
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 @click.command("extract")
@@ -56,94 +27,9 @@ def _model_directory(ref: str | None) -> Path:
     type=click.Path(dir_okay=False, allow_dash=True),
     help="JSON lines file, or - for stdout.",
 )
-@click.option(
-    "--model",
-    "model_ref",
-    metavar="NAME|DIR",
-    default=None,
-    help="A model name of SPO_MODELS (the names the service uses), or a model directory. "
-    "Default: the service's default model (the first of SPO_MODELS, else SPO_MODEL_DIR, else "
-    "models/demo).",
-)
-@click.option(
-    "--model-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    hidden=True,
-    help="Older spelling of --model DIR.",
-)
-@click.option(
-    "--format",
-    "input_format",
-    type=click.Choice(["auto", "txt", "jsonl"]),
-    default="auto",
-    show_default=True,
-    help="Input format; auto: from the suffix (.txt, .jsonl; .gz looked through), stdin is txt.",
-)
-@click.option(
-    "--text-field", default="text", show_default=True, help="JSONL field holding the text."
-)
-@click.option("--id-field", default="id", show_default=True, help="JSONL field holding the id.")
-@click.option(
-    "--workers",
-    type=click.IntRange(0),
-    default=1,
-    show_default=True,
-    help="Worker processes, each with its own model and cores/N TensorFlow threads; 0 runs the "
-    "model in this process.",
-)
-@click.option(
-    "--recycle-after",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    metavar="TEXTS",
-    help="Replace a worker after this many texts (0: never).",
-)
-@click.option(
-    "--max-worker-rss",
-    "max_rss_mb",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    metavar="MIB",
-    help="Replace a worker whose RSS is over this (0: no limit).",
-)
-@click.option(
-    "--shard",
-    callback=_shard,
-    metavar="K/N",
-    help="Process only records K, K+N, K+2N... (1-based; over all inputs together).",
-)
-@click.option("--resume", is_flag=True, help="Continue an interrupted run into the same output.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any record is an error.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary.")
-@click.option(
-    "--window",
-    type=click.IntRange(1),
-    default=2048,
-    show_default=True,
-    metavar="RECORDS",
-    help="Records sorted by length together (bounds memory).",
-)
-@click.option(
-    "--max-text-chars",
-    type=click.IntRange(1),
-    default=DEFAULT_MAX_TEXT_CHARS,
-    show_default=True,
-    help="Longer texts get a text_too_long error record.",
-)
-@click.option(
-    "--record-timeout",
-    type=click.FloatRange(0, 86_400),
-    default=0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Most model time one record may take; a record over it becomes a deadline_exceeded "
-    "error record (0: no limit).",
-)
-@precision_option()
+@click.option("--resume", is_flag=True, help="Continue an interrupted run into the same output.")
+@click_options("extract")
 @click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
@@ -153,23 +39,22 @@ def _model_directory(ref: str | None) -> Path:
 def extract(
     inputs: tuple[str, ...],
     output: str,
-    model_ref: str | None,
-    model_dir: Path | None,
+    strict: bool,
+    resume: bool,
+    model: str | None,
+    precision: str,
+    max_text_chars: int,
     input_format: str,
     text_field: str,
     id_field: str,
-    workers: int,
+    force: bool,
+    quiet: bool,
+    batch_workers: int,
     recycle_after: int,
     max_rss_mb: int,
     shard: tuple[int, int],
-    resume: bool,
-    force: bool,
-    strict: bool,
-    quiet: bool,
     window: int,
-    max_text_chars: int,
     record_timeout: float,
-    precision: str,
     metrics_file: Path | None,
 ) -> None:
     """Extract entities and triples from INPUT files (- for stdin) into JSON lines.
@@ -182,9 +67,10 @@ def extract(
             {"id", "entities", "triples"} or {"id", "error": {"code", "message"}}.
     A bad record never stops the run. Killed? Run the same command with --resume.
     """
-    if model_ref is not None and model_dir is not None:
-        raise click.UsageError("give --model or --model-dir, not both")
-    directory = _model_directory(model_ref if model_dir is None else str(model_dir))
+    try:
+        directory = model_directory(model)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     options = BatchOptions(
         inputs=inputs,
         output=output,
@@ -192,7 +78,7 @@ def extract(
         input_format=input_format,
         text_field=text_field,
         id_field=id_field,
-        workers=workers,
+        workers=batch_workers,
         recycle_after=recycle_after,
         max_rss_mb=max_rss_mb,
         shard=shard,

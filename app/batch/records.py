@@ -64,7 +64,9 @@ def source_for(name: str, fmt: str = "auto") -> Source:
         return Source(name, "txt")
     if lowered.endswith(JSONL_SUFFIXES):
         return Source(name, "jsonl")
-    raise ValueError(f"{name}: cannot tell the format from the name; use --format txt or jsonl")
+    raise ValueError(
+        f"{name}: cannot tell the format from the name; use --input-format txt or jsonl"
+    )
 
 
 @dataclass(frozen=True, slots=True)

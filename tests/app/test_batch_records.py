@@ -34,7 +34,7 @@ def test_records_format_from_suffix(name: str, fmt: str) -> None:
 
 
 def test_records_unknown_suffix_needs_format() -> None:
-    with pytest.raises(ValueError, match="--format"):
+    with pytest.raises(ValueError, match="--input-format"):
         source_for("data.csv")
     assert source_for("data.csv", "jsonl").format == "jsonl"
 

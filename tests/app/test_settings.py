@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -153,7 +154,19 @@ def test_settings_explicit_intra_op_threads(model_dir: Path) -> None:
 
 
 def test_settings_every_field_has_a_variable() -> None:
-    assert all(help_text for _, help_text in FIELDS.values())
+    assert [f.name for f in dataclasses.fields(Settings)] == list(FIELDS)
+    assert all(
+        option.help and option.var == f"SPO_{name.upper()}" for name, option in FIELDS.items()
+    )
+
+
+def test_settings_defaults_are_the_tables(model_dir: Path) -> None:
+    settings = Settings(model_dir=model_dir)
+    for name, option in FIELDS.items():
+        if name not in ("model_dir", "workers"):  # given above; auto is sized
+            assert getattr(settings, name) == option.default, name
+    with pytest.raises(TypeError, match="no field max_text"):
+        Settings(model_dir=model_dir, max_text=5)
 
 
 def test_settings_microbatch_ranges_and_threads(model_dir: Path) -> None:
