@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import doctest
-import json
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
 from app.batch import stream
 from app.batch.records import Record
 from app.batch.stream import extract_records, extract_windows
-from app.batch.workers import Chunk, InlineExecutor, Outcome, WorkSpec
+from app.batch.workers import Chunk, InlineExecutor, WorkSpec
 from nlp.config import LoadOptions
 from nlp.errors import InvalidInput
-from nlp.values import Entity, Extraction, Span
+from nlp.values import Entity, Extraction, Outcome, Span
+from tests.app.test_batch_fakes import TextsPlan
 
 
 class Whole:
@@ -23,11 +24,12 @@ class Whole:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 
-    def extract_batch(
-        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
-    ) -> list[Extraction]:
-        self.batches.append(list(texts))
-        return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in texts]
+    def plan(self, texts: Sequence[str], **_: Any) -> TextsPlan:
+        return TextsPlan(texts)
+
+    def run(self, plan: TextsPlan, *, deadline: float | None = None) -> list[Extraction]:
+        self.batches.append(list(plan))
+        return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in plan]
 
     def close(self) -> None:
         pass
@@ -77,7 +79,7 @@ def test_batch_stream_keeps_input_order_when_chunks_complete_out_of_order(
     pairs = list(extract_records(records, Reversed(inline), window=16, chunk_size=4))
     assert [r.id for r, _ in pairs] == list(range(50))
     for record, outcome in pairs:
-        doc = json.loads(b"{" + outcome + b"}")
+        doc = outcome.to_dict()
         if record.error is not None:
             assert doc == {"error": {"code": "invalid_input", "message": "bad"}}
         else:
