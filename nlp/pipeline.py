@@ -128,7 +128,7 @@ class ModelCall:
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one ``extract_batch`` did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
+    """What one ``run`` (or ``extract_batch``) did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
     and the model ``calls`` that ran them. Observers get one per call (``Extractor.observers``)."""
 
     texts: int
@@ -204,7 +204,7 @@ class Extractor:
         self.window_overlap = (
             window_overlap if window_overlap is not None else self.max_window_tokens // 4
         )
-        # Called with a ``BatchReport`` after each successful ``extract_batch`` (metrics, logs).
+        # Called with a ``BatchReport`` after each successful ``run`` (metrics, logs).
         self.observers: list[BatchObserver] = []
 
     @classmethod
