@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,26 @@ def test_batch_stream_refuses_empty_windows_and_chunks(inline: InlineExecutor) -
     with pytest.raises(ValueError, match="positive"):
         list(extract_windows([], inline, window=0))
     assert list(extract_windows([], inline)) == []
+
+
+def test_batch_stream_run_chunk_plans_each_text_once_even_when_rerun() -> None:
+    """Issue 20: a chunk's texts are planned (checked, tokenized) once; a bad one becomes its
+    ``Failure``; when the combined run fails, each plan is rerun alone without being planned again."""
+    from app.batch.workers import run_chunk
+    from nlp.values import Failure
+    from tests.app.test_batch_fakes import FakeExtractor, FakeFactory
+
+    options = LoadOptions(Path("unused"), max_text_chars=20)
+    extractor = FakeExtractor(options, FakeFactory(raise_on="虫"))
+    texts = ["北京很大", "a\x00b", "有虫的一句", "张三", "长" * 21]
+    outcomes = run_chunk(extractor, texts, WorkSpec(options))
+    assert extractor.planned == len(texts)
+    assert extractor.calls == 1 + 3  # the combined run, then each of the three good plans alone
+    assert [o.code if isinstance(o, Failure) else "ok" for o in outcomes] == [
+        "ok",
+        "invalid_input",
+        "internal_error",
+        "ok",
+        "text_too_long",
+    ]
+    assert outcomes[0] == Extraction((Entity(Span(0, 2, "北京"), "地点"),))
