@@ -31,6 +31,7 @@ from app.openapi import build_spec
 from app.problems import LOAD_ERROR_CODES
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
+from nlp.validation import check_text
 from nlp.values import Extraction
 
 bp = Blueprint("api", __name__)
@@ -169,7 +170,8 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[object], str
 
 def _plan(model: ServedModel, texts: Sequence[object], field: str) -> Any:
     """The request's one plan (``nlp.pipeline.Plan``): each text checked and tokenized once, 413
-    over ``SPO_MAX_REQUEST_TOKENS``, all before any model call."""
+    over ``SPO_MAX_REQUEST_TOKENS``, all before any model call. While the model is not ready there
+    is no tokenizer to plan with: the texts are only checked, so bad input is still answered as such."""
     limits = settings()
     try:
         return model.slot.plan(
@@ -179,6 +181,8 @@ def _plan(model: ServedModel, texts: Sequence[object], field: str) -> Any:
             max_text_chars=limits.max_text_chars,
         )
     except ModelNotReady:
+        for i, text in enumerate(texts):
+            check_text(text, limits.max_text_chars, f"texts[{i}]" if field == "texts" else field)
         raise _not_ready(model) from None
 
 
@@ -206,8 +210,8 @@ def _run(model: ServedModel, plan: Any) -> list[Extraction]:
 def _extract_response(model: ServedModel) -> Response:
     texts, field = parse_extract_request(read_json_body(), settings())
     g.spo_texts = len(texts)  # for the metrics and the access log (app.metrics)
-    brief = _model_brief(model)
     plan = _plan(model, texts, field)
+    brief = _model_brief(model)
     if settings().log_input_text:
         g.spo_input = texts  # checked by the plan
     results = _run(model, plan)
