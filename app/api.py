@@ -7,8 +7,11 @@
 
 The request document is validated here, strictly and completely, before the model sees it: wrong content
 type, undecodable or invalid JSON, unknown fields, wrong types, empty or too many texts each get their own
-problem code (see ``app.problems``); each text goes through ``nlp.validation.check_text``, the same
-check the batch command and the library make (type, length, NUL, lone surrogates).
+problem code (see ``app.problems``). Then the request becomes one plan (``ModelSlot.plan``, the model's
+``Extractor.plan``): each text is checked once by ``nlp.validation.check_text``, the same check the batch
+command and the library make (type, length, NUL, lone surrogates), tokenized once, and counted against
+``SPO_MAX_REQUEST_TOKENS``; that plan is what the micro-batcher merges and the model runs. The results
+stay ``Extraction`` values until the response is written.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from app.openapi import build_spec
 from app.problems import LOAD_ERROR_CODES
 from app.registry import ModelRegistry, ServedModel
 from app.settings import Settings
-from nlp.errors import RequestTooLarge
 from nlp.validation import check_text
 from nlp.values import Extraction
 
@@ -132,8 +134,9 @@ def read_json_body() -> Any:
         raise ApiError("invalid_json", f"The body is not acceptable JSON: {exc}.") from None
 
 
-def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
-    """The texts of an extract request and the field they came from (``text`` or ``texts``)."""
+def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[object], str]:
+    """The texts of an extract request and the field they came from (``text`` or ``texts``); the
+    texts themselves are checked once, by the plan (``_extract``)."""
     if not isinstance(doc, dict):
         raise ApiError(
             "invalid_input", 'The body must be a JSON object: {"text": ...} or {"texts": [...]}.'
@@ -150,7 +153,7 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
             "invalid_input", "Send exactly one of 'text' (a string) or 'texts' (a list of strings)."
         )
     if "text" in doc:
-        return [check_text(doc["text"], limits.max_text_chars, "text")], "text"
+        return [doc["text"]], "text"
     texts = doc["texts"]
     if not isinstance(texts, list):
         raise ApiError("invalid_input", "texts must be a list of strings.", field="texts")
@@ -162,27 +165,37 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[str], str]:
             f"texts has {len(texts)} items; the limit is {limits.max_texts}.",
             field="texts",
         )
-    return [
-        check_text(t, limits.max_text_chars, f"texts[{i}]") for i, t in enumerate(texts)
-    ], "texts"
+    return list(texts), "texts"
 
 
-def _extract(model: ServedModel, texts: Sequence[str], field: str) -> list[Extraction]:
-    """Count the request's model tokens (413 over ``SPO_MAX_REQUEST_TOKENS``, before any model call),
-    then run it on ``model`` within ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it)."""
+def _plan(model: ServedModel, texts: Sequence[object], field: str) -> Any:
+    """The request's one plan (``nlp.pipeline.Plan``): each text checked and tokenized once, 413
+    over ``SPO_MAX_REQUEST_TOKENS``, all before any model call. While the model is not ready there
+    is no tokenizer to plan with: the texts are only checked, so bad input is still answered as such."""
+    limits = settings()
+    try:
+        return model.slot.plan(
+            texts,
+            field,
+            max_tokens=limits.max_request_tokens or None,
+            max_text_chars=limits.max_text_chars,
+        )
+    except ModelNotReady:
+        for i, text in enumerate(texts):
+            check_text(text, limits.max_text_chars, f"texts[{i}]" if field == "texts" else field)
+        raise _not_ready(model) from None
+
+
+def _run(model: ServedModel, plan: Any) -> list[Extraction]:
+    """``plan`` run on ``model``, through its micro-batcher when it has one, within
+    ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it)."""
     limits = settings()
     deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
-    try:
-        plan = model.slot.plan(texts, field)
-    except ModelNotReady:
-        raise _not_ready(model) from None
-    if limits.max_request_tokens and plan.tokens > limits.max_request_tokens:
-        raise RequestTooLarge(plan.tokens, limits.max_request_tokens)
-    combiner: MicroBatcher | None = model.batcher
+    combiner: MicroBatcher[Any] | None = model.batcher
     try:
         if combiner is None:
             return model.slot.run(plan, deadline)
-        return combiner.submit(texts, field, deadline=deadline)
+        return combiner.submit(plan, deadline=deadline)
     except ModelNotReady:
         raise _not_ready(model) from None
     except BatcherClosed:
@@ -197,10 +210,11 @@ def _extract(model: ServedModel, texts: Sequence[str], field: str) -> list[Extra
 def _extract_response(model: ServedModel) -> Response:
     texts, field = parse_extract_request(read_json_body(), settings())
     g.spo_texts = len(texts)  # for the metrics and the access log (app.metrics)
-    if settings().log_input_text:
-        g.spo_input = texts
+    plan = _plan(model, texts, field)
     brief = _model_brief(model)
-    results = _extract(model, texts, field)
+    if settings().log_input_text:
+        g.spo_input = texts  # checked by the plan
+    results = _run(model, plan)
     return jsonify({"model": brief, "results": [r.to_dict() for r in results]})
 
 

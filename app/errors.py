@@ -94,6 +94,9 @@ def problem(
     if request_id:
         body["request_id"] = request_id
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_MIMETYPE)
+    g.spo_problem_code = body[
+        "code"
+    ]  # for the metrics (app.metrics), which never re-parse the body
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

@@ -312,8 +312,8 @@ def _record(response: Response) -> Response:
         m.latency.labels(endpoint).observe(time.perf_counter() - started)
     m.requests.labels(endpoint, request.method, str(response.status_code)).inc()
     if response.mimetype == PROBLEM_MIMETYPE:
-        body = response.get_json(silent=True) or {}
-        m.refusals.labels(str(body.get("code", "unknown")), str(response.status_code)).inc()
+        code = g.get("spo_problem_code", "unknown")  # set by app.errors.problem
+        m.refusals.labels(str(code), str(response.status_code)).inc()
     summary = request_summary()
     if "texts" in summary and response.status_code < 400:
         m.request_texts.observe(summary["texts"])

@@ -1,11 +1,12 @@
 """Opt-in request micro-batching per worker: requests that arrive together run as one model call.
 
 A gthread worker serves ``SPO_THREADS`` requests at once, but its model runs one call at a time
-(``ModelSlot.lock``). With ``SPO_MICROBATCH_WAIT_MS`` above 0, a request thread hands its texts, already
-validated, to the worker's ``MicroBatcher`` and waits. One batcher thread takes the oldest pending request,
-waits until ``wait_s`` after that request arrived (or until ``max_texts`` texts are pending), and runs the
-texts of every pending request as one ``extract_batch`` call, which sorts and buckets them; each request
-gets its own slice of the results, in order. Requests that queued while the model was busy find their
+(``ModelSlot.lock``). With ``SPO_MICROBATCH_WAIT_MS`` above 0, a request thread hands its plan (its texts
+checked and tokenized once, ``nlp.pipeline.Plan``) to the worker's ``MicroBatcher`` and waits. One
+batcher thread takes the oldest pending request, waits until ``wait_s`` after that request arrived (or
+until ``max_texts`` texts are pending), merges the plans of every pending request (``Plan.merge``: no
+text is checked or tokenized again) and runs them as one model run, which sorts and buckets their
+windows; each request gets its own slice of the results, in order. Requests that queued while the model was busy find their
 window already over: the wait only delays a request that finds the model idle.
 
 - A request is never split: one with more than ``max_texts`` texts runs alone.
@@ -27,22 +28,25 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from nlp.errors import DeadlineExceeded
+from nlp.pipeline import Mergeable, merge_plans
 from nlp.values import Extraction
 
 logger = logging.getLogger(__name__)
 
 
-class RunBatch(Protocol):
-    """The locked model call: ``ModelSlot.extract_batch``."""
+P = TypeVar("P", bound=Mergeable)
+P_contra = TypeVar("P_contra", bound=Mergeable, contravariant=True)
 
-    def __call__(
-        self, texts: Sequence[str], field: str, *, deadline: float | None = None
-    ) -> list[Extraction]: ...
+
+class RunPlan(Protocol[P_contra]):
+    """The locked model call: ``ModelSlot.run``, one ``Extraction`` per text of the plan."""
+
+    def __call__(self, plan: P_contra, deadline: float | None = None) -> list[Extraction]: ...
 
 
 class BatcherClosed(RuntimeError):
@@ -50,9 +54,9 @@ class BatcherClosed(RuntimeError):
 
 
 @dataclass(eq=False)
-class _Pending:
-    texts: Sequence[str]
-    field: str
+class _Pending(Generic[P]):
+    plan: P | None  # None: ``_NOTHING``
+    texts: int
     arrived: float
     deadline: float | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -68,7 +72,7 @@ class _Pending:
 
 
 # What ``_take`` returns when every queued request expired: not a stop, nothing to run.
-_NOTHING = _Pending((), "texts", 0.0)
+_NOTHING: _Pending[Any] = _Pending(None, 0, 0.0)
 
 
 @dataclass
@@ -96,16 +100,17 @@ class BatchStats:
         }
 
 
-class MicroBatcher:
-    """Combines concurrent ``submit`` calls into ``run(texts, field)`` calls (see the module doc).
+class MicroBatcher(Generic[P]):
+    """Combines concurrent ``submit(plan)`` calls into ``run(merged plan)`` calls (see the module doc).
 
-    ``run`` is the locked model call (``ModelSlot.extract_batch``). The thread starts on the first
-    ``submit``, so a batcher created before a fork starts in the process that uses it.
+    ``run`` is the locked model call (``ModelSlot.run``); plans are merged with their type's ``merge``
+    (``nlp.pipeline.merge_plans``). The thread starts on the first ``submit``, so a batcher created
+    before a fork starts in the process that uses it.
     """
 
     def __init__(
         self,
-        run: RunBatch,
+        run: RunPlan[P],
         *,
         wait_s: float,
         max_texts: int,
@@ -118,9 +123,9 @@ class MicroBatcher:
         self.max_texts = max_texts
         self._clock = clock
         self._cond = threading.Condition()
-        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queue: collections.deque[_Pending[P]] = collections.deque()
         self._queued_texts = 0
-        self._running: list[_Pending] = []
+        self._running: list[_Pending[P]] = []
         self._closed = False
         self._thread: threading.Thread | None = None
         self.stats = BatchStats()
@@ -128,21 +133,19 @@ class MicroBatcher:
         self.on_batch: Callable[[int, int], None] | None = None
 
     # -- request threads -------------------------------------------------------------------------
-    def submit(
-        self, texts: Sequence[str], field: str = "texts", *, deadline: float | None = None
-    ) -> list[Extraction]:
-        """The results for ``texts`` (one per text, in order), run together with concurrent requests.
+    def submit(self, plan: P, *, deadline: float | None = None) -> list[Extraction]:
+        """The results for ``plan`` (one per text, in order), run together with concurrent requests.
 
         ``deadline``: a value of the batcher's clock (``time.monotonic`` by default) after which the
         request is dropped or stopped with ``DeadlineExceeded``. Raises what the model call raised for
-        these texts, or ``BatcherClosed``.
+        this plan, or ``BatcherClosed``.
         """
-        pending = _Pending(list(texts), field, self._clock(), deadline)
+        pending = _Pending(plan, len(plan), self._clock(), deadline)
         with self._cond:
             if self._closed:
                 raise BatcherClosed("This worker is shutting down.")
             self._queue.append(pending)
-            self._queued_texts += len(pending.texts)
+            self._queued_texts += pending.texts
             self._start()
             self._cond.notify_all()
         # The thread answers every request it takes, even when it dies (and a new one takes the
@@ -158,7 +161,7 @@ class MicroBatcher:
         assert pending.results is not None
         return pending.results
 
-    def _poll_s(self, pending: _Pending) -> float:
+    def _poll_s(self, pending: _Pending[P]) -> float:
         """How long a request thread waits before it looks again: 0.5 s, less near its deadline."""
         if pending.deadline is None:
             return 0.5
@@ -221,7 +224,7 @@ class MicroBatcher:
         self._queue.clear()
         self._queued_texts = 0
 
-    def _take(self) -> list[_Pending]:
+    def _take(self) -> list[_Pending[P]]:
         """The next batch: whole requests, oldest first, at most ``max_texts`` texts unless the first
         alone has more. Empty once closed and drained."""
         with self._cond:
@@ -241,10 +244,10 @@ class MicroBatcher:
             if not self._queue:
                 return [] if self._closed else [_NOTHING]
             batch = [self._queue.popleft()]
-            size = len(batch[0].texts)
-            while self._queue and size + len(self._queue[0].texts) <= self.max_texts:
+            size = batch[0].texts
+            while self._queue and size + self._queue[0].texts <= self.max_texts:
                 batch.append(self._queue.popleft())
-                size += len(batch[-1].texts)
+                size += batch[-1].texts
             self._queued_texts -= size
             self._running = batch
             return batch
@@ -255,7 +258,7 @@ class MicroBatcher:
         expired = [p for p in self._queue if p.deadline is not None and now >= p.deadline]
         for pending in expired:
             self._queue.remove(pending)
-            self._queued_texts -= len(pending.texts)
+            self._queued_texts -= pending.texts
             self.stats.expired += 1
             pending.finish(
                 error=DeadlineExceeded(
@@ -263,29 +266,30 @@ class MicroBatcher:
                 )
             )
 
-    def _serve(self, batch: list[_Pending]) -> bool:
+    def _serve(self, batch: list[_Pending[P]]) -> bool:
         """Run ``batch`` and answer each of its requests; False when there was none (stop)."""
         if not batch:
             return False
         if batch[0] is _NOTHING:
             return True  # every queued request expired: wait for more
-        texts = [t for p in batch for t in p.texts]
+        texts = sum(p.texts for p in batch)
         started = self._clock()
         stats = self.stats
         stats.batches += 1
         stats.requests += len(batch)
-        stats.texts += len(texts)
+        stats.texts += texts
         stats.largest = max(stats.largest, len(batch))
         if self.on_batch is not None:
-            self.on_batch(len(batch), len(texts))
+            self.on_batch(len(batch), texts)
         if len(batch) == 1:
             self._serve_alone(batch[0])
         else:
             deadlines = [p.deadline for p in batch if p.deadline is not None]
             try:
-                results = self._run(texts, "texts", deadline=min(deadlines, default=None))
-                if len(results) != len(texts):
-                    raise RuntimeError(f"{len(results)} results for {len(texts)} texts")
+                plans = [p.plan for p in batch if p.plan is not None]
+                results = self._run(merge_plans(plans), deadline=min(deadlines, default=None))
+                if len(results) != texts:
+                    raise RuntimeError(f"{len(results)} results for {texts} texts")
             except DeadlineExceeded as exc:
                 # The earliest deadline stopped the call: it answers the requests past theirs; the
                 # others get their own run, under their own deadline.
@@ -307,22 +311,21 @@ class MicroBatcher:
             else:
                 start = 0
                 for pending in batch:
-                    stop = start + len(pending.texts)
+                    stop = start + pending.texts
                     pending.finish(results=results[start:stop])
                     start = stop
         logger.debug(
             "micro-batch: %d requests, %d texts, waited %.1f ms, ran %.1f ms",
             len(batch),
-            len(texts),
+            texts,
             1000 * (started - batch[0].arrived),
             1000 * (self._clock() - started),
         )
         return True
 
-    def _serve_alone(self, pending: _Pending) -> None:
+    def _serve_alone(self, pending: _Pending[P]) -> None:
+        assert pending.plan is not None
         try:
-            pending.finish(
-                results=self._run(pending.texts, pending.field, deadline=pending.deadline)
-            )
+            pending.finish(results=self._run(pending.plan, deadline=pending.deadline))
         except Exception as exc:
             pending.finish(error=exc)

@@ -202,9 +202,10 @@ class ModelSlot:
         if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise DeadlineExceeded("its deadline passed while it waited for the model")
 
-    def plan(self, texts: Sequence[str], field: str = "texts") -> Any:
-        """The extractor's ``plan`` (no lock: pure); ``ModelNotReady`` before it is loaded."""
-        return self._ready().plan(texts, field=field)
+    def plan(self, texts: Sequence[object], field: str = "texts", **limits: int | None) -> Any:
+        """The extractor's ``plan`` with ``limits`` (``max_tokens``, ``max_text_chars``; no lock:
+        pure); ``ModelNotReady`` before it is loaded."""
+        return self._ready().plan(texts, field=field, **limits)
 
     def run(self, plan: Any, deadline: float | None = None) -> list[Extraction]:
         """The extractor's ``run`` of ``plan`` under ``lock``, within ``deadline`` (monotonic)."""

@@ -1,6 +1,10 @@
 """The OpenAPI 3.0 document served at ``/openapi.json``, built from the live settings.
 
-Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones. Problem responses are
+The document is declared as data: the static schemas (``SCHEMAS``), the operations (``OPERATIONS``: path,
+method, summary, 200 schema, the problem codes each answers) and small builders that fill in what
+depends on the settings (limits, model names, tokens). The schemas of an entity (``Span``), a triple and
+a result are derived from their one wire shape in ``nlp.values`` (``shape_schema``), as ``to_dict``
+and the Spark columns are. Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones. Problem responses are
 generated from the error catalogue (``app.problems``): an operation names the codes it can answer and
 gets one response per status, listing those codes (the schema allows exactly them) with their
 meanings and ``Retry-After`` where the catalogue says so. ``tests/app/test_openapi.py`` checks that
@@ -11,11 +15,14 @@ ones this document declares; schemathesis checks the whole document against the 
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Any
 
 from app.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.settings import Settings
 from nlp.tasks import TASK_NAMES
+from nlp.values import ENTITY, EXTRACTION, TRIPLE, Member, Shape
 
 # Valid texts hold no NUL (JSON strings with lone surrogates are refused too; a pattern cannot say so
 # in a way generators understand, so the description does).
@@ -61,158 +68,99 @@ def _ok(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Every operation may meet malformed HTTP or fail unexpectedly; /v1/ ones may want a token.
-_ALWAYS = ("bad_request", "internal_error")
-# A model still loading, or whose load failed (this worker retries; each load error has its code).
-_NOT_READY = ("model_not_ready", *LOAD_ERROR_CODES, "service_unavailable")
+# -- schemas derived from the wire shapes (nlp.values) ---------------------------------------------
+def member_schema(member: Member) -> dict[str, Any]:
+    """The schema of one member of a wire shape: a named shape is referenced, a scalar inlined."""
+    kind = member.kind
+    schema: dict[str, Any]
+    if isinstance(kind, Shape):
+        schema = _ref(kind.name)
+    else:
+        schema = {"type": kind}
+        if member.minimum is not None:
+            schema["minimum"] = member.minimum
+        if member.description:
+            schema["description"] = member.description
+    return {"type": "array", "items": schema} if member.many else schema
 
 
-def build_spec(settings: Settings) -> dict[str, Any]:
-    text = {
-        "type": "string",
-        "maxLength": settings.max_text_chars,
-        "pattern": TEXT_PATTERN,
-        "description": (
-            f"Chinese text, at most {settings.max_text_chars} characters (code points); "
-            "no NUL and no lone surrogate escapes such as \\ud800."
-        ),
-    }
-    span = {
+def shape_schema(shape: Shape, description: str | None = None) -> dict[str, Any]:
+    """A wire shape as a closed object schema: every member required, no other member allowed."""
+    schema: dict[str, Any] = {
         "type": "object",
-        "required": ["text", "start", "end", "type"],
+        "required": [m.name for m in shape.members],
         "additionalProperties": False,
-        "properties": {
-            "text": {"type": "string", "description": "equals the input's [start:end]"},
-            "start": {"type": "integer", "minimum": 0, "description": "character offset"},
-            "end": {"type": "integer", "minimum": 1, "description": "exclusive character offset"},
-            "type": {"type": "string"},
-        },
+        "properties": {m.name: member_schema(m) for m in shape.members},
     }
-    brief = {
+    if description:
+        schema["description"] = description
+    return schema
+
+
+# -- static schemas ------------------------------------------------------------------------------
+_STRING = {"type": "string"}
+_TASK = {"type": "string", "enum": list(TASK_NAMES)}
+
+SCHEMAS: dict[str, Any] = {
+    "ModelBrief": {
         "type": "object",
         "required": ["name", "version", "task"],
+        "properties": {"name": _STRING, "version": _STRING, "task": _TASK},
+    },
+    "ModelSummary": {
+        "type": "object",
+        "required": ["name", "version", "task", "max_length", "length_buckets", "batch_buckets"],
         "properties": {
-            "name": {"type": "string"},
-            "version": {"type": "string"},
-            "task": {"type": "string", "enum": list(TASK_NAMES)},
-        },
-    }
-    schemas: dict[str, Any] = {
-        "Text": text,
-        "ExtractOne": {
-            "type": "object",
-            "required": ["text"],
-            "additionalProperties": False,
-            "properties": {"text": _ref("Text")},
-        },
-        "ExtractMany": {
-            "type": "object",
-            "required": ["texts"],
-            "additionalProperties": False,
-            "properties": {
-                "texts": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": settings.max_texts,
-                    "items": _ref("Text"),
-                }
+            "name": _STRING,
+            "version": _STRING,
+            "task": _TASK,
+            "max_length": {"type": "integer", "description": "tokens per window"},
+            "threshold": {"type": "number"},
+            "length_buckets": {"type": "array", "items": {"type": "integer"}},
+            "batch_buckets": {"type": "array", "items": {"type": "integer"}},
+            "single_row_length_step": {
+                "type": "integer",
+                "nullable": True,
+                "description": "one-row batches pad to a multiple of this (null: to a length bucket)",
             },
-        },
-        "Span": span,
-        "Triple": {
-            "type": "object",
-            "required": ["subject", "predicate", "object"],
-            "additionalProperties": False,
-            "properties": {
-                "subject": _ref("Span"),
-                "predicate": {"type": "string"},
-                "object": _ref("Span"),
-            },
-        },
-        "ModelBrief": brief,
-        "ExtractResponse": {
-            "type": "object",
-            "required": ["model", "results"],
-            "additionalProperties": False,
-            "properties": {
-                "model": _ref("ModelBrief"),
-                "results": {
-                    "type": "array",
-                    "description": "one per input text, in input order",
-                    "items": {
-                        "type": "object",
-                        "required": ["entities", "triples"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "entities": {"type": "array", "items": _ref("Span")},
-                            "triples": {"type": "array", "items": _ref("Triple")},
-                        },
+            "predicates": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["predicate", "subject_type", "object_type"],
+                    "properties": {
+                        "predicate": _STRING,
+                        "subject_type": _STRING,
+                        "object_type": _STRING,
                     },
                 },
             },
+            "entity_types": {"type": "array", "items": _STRING},
         },
-        "ModelSummary": {
-            "type": "object",
-            "required": [
-                "name",
-                "version",
-                "task",
-                "max_length",
-                "length_buckets",
-                "batch_buckets",
-            ],
-            "properties": {
-                "name": {"type": "string"},
-                "version": {"type": "string"},
-                "task": {"type": "string", "enum": list(TASK_NAMES)},
-                "max_length": {"type": "integer", "description": "tokens per window"},
-                "threshold": {"type": "number"},
-                "length_buckets": {"type": "array", "items": {"type": "integer"}},
-                "batch_buckets": {"type": "array", "items": {"type": "integer"}},
-                "single_row_length_step": {
-                    "type": "integer",
-                    "nullable": True,
-                    "description": "one-row batches pad to a multiple of this (null: to a length bucket)",
-                },
-                "predicates": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["predicate", "subject_type", "object_type"],
-                        "properties": {
-                            "predicate": {"type": "string"},
-                            "subject_type": {"type": "string"},
-                            "object_type": {"type": "string"},
-                        },
-                    },
-                },
-                "entity_types": {"type": "array", "items": {"type": "string"}},
+    },
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details; `code` is stable, `detail` is for humans.",
+        "required": ["type", "title", "status", "code", "detail"],
+        "properties": {
+            "type": _STRING,
+            "title": _STRING,
+            "status": {"type": "integer"},
+            "code": {"type": "string", "enum": sorted(CATALOGUE)},
+            "detail": _STRING,
+            "field": {"type": "string", "description": "the offending field, e.g. texts[3]"},
+            "limit": {
+                "type": "integer",
+                "description": "request_too_large: SPO_MAX_REQUEST_TOKENS",
             },
-        },
-        "Problem": {
-            "type": "object",
-            "description": "RFC 9457 problem details; `code` is stable, `detail` is for humans.",
-            "required": ["type", "title", "status", "code", "detail"],
-            "properties": {
-                "type": {"type": "string"},
-                "title": {"type": "string"},
-                "status": {"type": "integer"},
-                "code": {"type": "string", "enum": sorted(CATALOGUE)},
-                "detail": {"type": "string"},
-                "field": {"type": "string", "description": "the offending field, e.g. texts[3]"},
-                "limit": {
-                    "type": "integer",
-                    "description": "request_too_large: SPO_MAX_REQUEST_TOKENS",
-                },
-                "tokens": {
-                    "type": "integer",
-                    "description": "request_too_large: the model tokens the request needs",
-                },
-                "request_id": {"type": "string"},
+            "tokens": {
+                "type": "integer",
+                "description": "request_too_large: the model tokens the request needs",
             },
+            "request_id": _STRING,
         },
-    }
-    schemas["ModelListing"] = {
+    },
+    "ModelListing": {
         "type": "object",
         "required": ["default", "models"],
         "additionalProperties": False,
@@ -228,14 +176,10 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                         "name": {"type": "string", "description": "its name in URLs"},
                         "state": {"type": "string", "enum": ["loading", "ready", "failed"]},
                         "version": {"type": "string", "nullable": True},
-                        "task": {
-                            "type": "string",
-                            "enum": list(TASK_NAMES),
-                            "nullable": True,
-                        },
+                        "task": {**_TASK, "nullable": True},
                         "labels": {
                             "type": "array",
-                            "items": {"type": "string"},
+                            "items": _STRING,
                             "nullable": True,
                             "description": "predicates (triples) or entity types (entities); "
                             "null until loaded",
@@ -244,199 +188,302 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 },
             },
         },
+    },
+}
+
+
+def _schemas(settings: Settings) -> dict[str, Any]:
+    """Every component schema: the limits from ``settings``, the values from their wire shapes."""
+    text = {
+        "type": "string",
+        "maxLength": settings.max_text_chars,
+        "pattern": TEXT_PATTERN,
+        "description": (
+            f"Chinese text, at most {settings.max_text_chars} characters (code points); "
+            "no NUL and no lone surrogate escapes such as \\ud800."
+        ),
     }
-    names = [name for name, _ in settings.model_table]
-    model_name = {
-        "name": "name",
-        "in": "path",
-        "required": True,
-        "description": f"a model of this service (GET /v1/models); the default is {names[0]}",
-        "schema": {"type": "string", "enum": names},
-    }
-    # What the edge may answer on every /v1/ operation before the app sees it: a missing token (the
-    # app), and nginx's per-client rate limit (SPO_RATE_LIMIT applies to /v1/ only, deploy/nginx.conf).
-    auth = (
-        *(("unauthorized",) if settings.auth_enabled else ()),
-        *(("rate_limited",) if settings.rate_limit else ()),
-    )
-    paths: dict[str, Any] = {
-        "/v1/extract": {
-            "post": {
-                "operationId": "extract",
-                "summary": "Entities and (subject, predicate, object) triples of one text or many, "
-                "by the default model",
-                "requestBody": {
-                    "required": True,
-                    "description": f"At most {settings.max_body_bytes} bytes of UTF-8 JSON.",
-                    "content": {
-                        "application/json": {
-                            "schema": {"oneOf": [_ref("ExtractOne"), _ref("ExtractMany")]}
-                        }
-                    },
-                },
-                "responses": {
-                    "200": _ok("One result per text, in input order", _ref("ExtractResponse")),
-                    **_problems(
-                        "invalid_json",
-                        *auth,
-                        "body_too_large",
-                        "request_too_large",
-                        "unsupported_media_type",
-                        "invalid_input",
-                        "unknown_field",
-                        "empty_texts",
-                        "too_many_texts",
-                        "text_too_long",
-                        "deadline_exceeded",
-                        *_ALWAYS,
-                        *_NOT_READY,
-                    ),
-                },
-            }
-        },
-        "/v1/model": {
-            "get": {
-                "operationId": "model",
-                "summary": "The served model: task, predicates and their types, buckets, limits",
-                "responses": {
-                    "200": _ok("The model summary", _ref("ModelSummary")),
-                    **_problems(*auth, *_ALWAYS, *_NOT_READY),
-                },
-            }
-        },
-        "/v1/models": {
-            "get": {
-                "operationId": "models",
-                "summary": "Every model of the service: name, state, version, task, labels",
-                "responses": {
-                    "200": _ok("The models, the default first", _ref("ModelListing")),
-                    **_problems(*auth, *_ALWAYS),
-                },
-            }
-        },
-        "/v1/models/{name}": {
-            "get": {
-                "operationId": "model_named",
-                "summary": "One model: task, predicates or entity types, buckets, limits",
-                "parameters": [model_name],
-                "responses": {
-                    "200": _ok("The model summary", _ref("ModelSummary")),
-                    **_problems(*auth, "unknown_model", *_ALWAYS, *_NOT_READY),
-                },
-            }
-        },
-        "/healthz": {
-            "get": {
-                "operationId": "healthz",
-                "summary": "Liveness: the process answers",
-                "responses": {
-                    "200": _ok(
-                        "Alive",
-                        {
-                            "type": "object",
-                            "required": ["status"],
-                            "properties": {"status": {"type": "string", "enum": ["ok"]}},
-                        },
-                    ),
-                    **_problems(*_ALWAYS),
-                },
-            }
-        },
-        "/readyz": {
-            "get": {
-                "operationId": "readyz",
-                "summary": "Readiness: the model is loaded and every bucket shape warmed",
-                "responses": {
-                    "200": _ok(
-                        "Ready",
-                        {
-                            "type": "object",
-                            "required": ["status", "model"],
-                            "properties": {
-                                "status": {"type": "string", "enum": ["ready"]},
-                                "model": _ref("ModelBrief"),
-                                "models": {
-                                    "type": "object",
-                                    "description": "every model by name",
-                                    "additionalProperties": _ref("ModelBrief"),
-                                },
-                            },
-                        },
-                    ),
-                    **_problems(*_ALWAYS, *_NOT_READY),
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "metrics",
-                "summary": "Prometheus metrics of every worker (docs/rest.md lists them)",
-                "description": "Guarded by its own token (SPO_METRICS_TOKEN) when one is set; "
-                "the API tokens never apply.",
-                "responses": {
-                    "200": {
-                        "description": "Prometheus text exposition format 0.0.4",
-                        "headers": {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}},
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    **_problems(*(("unauthorized",) if settings.metrics_token else ()), *_ALWAYS),
-                },
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "responses": {
-                    "200": _ok("OpenAPI 3.0 document", {"type": "object"}),
-                    **_problems(*_ALWAYS),
-                },
-            }
-        },
-    }
-    spec: dict[str, Any] = {
-        "openapi": "3.0.3",
-        "info": {
-            "title": "spo-service",
-            "version": "1",
-            "description": (
-                "Entities and (subject, predicate, object) triples from Chinese text. Errors are "
-                "application/problem+json with a stable `code`. Every answer carries X-Request-ID "
-                "(the client's, when it sends a sane one)."
-            ),
-        },
-        "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "headers": {
-                "X-Request-ID": {
-                    "description": "the request id (also in problem bodies and logs)",
-                    "schema": {"type": "string"},
-                }
+    many = {"type": "array", "minItems": 1, "maxItems": settings.max_texts, "items": _ref("Text")}
+    response = {
+        "type": "object",
+        "required": ["model", "results"],
+        "additionalProperties": False,
+        "properties": {
+            "model": _ref("ModelBrief"),
+            "results": {
+                "type": "array",
+                "description": "one per input text, in input order",
+                "items": shape_schema(EXTRACTION),
             },
         },
     }
+    return {
+        "Text": text,
+        "ExtractOne": _closed({"text": _ref("Text")}),
+        "ExtractMany": _closed({"texts": many}),
+        ENTITY.name: shape_schema(ENTITY),
+        TRIPLE.name: shape_schema(TRIPLE),
+        "ExtractResponse": response,
+        **copy.deepcopy(SCHEMAS),
+    }
+
+
+def _closed(properties: dict[str, Any]) -> dict[str, Any]:
+    """An object with exactly ``properties``, all required."""
+    return {
+        "type": "object",
+        "required": list(properties),
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+# -- operations ----------------------------------------------------------------------------------
+# Stands, in an operation's codes, for what the edge may answer on every /v1/ operation before the
+# app sees it: a missing token (the app, with SPO_API_TOKENS), and nginx's per-client rate limit
+# (SPO_RATE_LIMIT applies to /v1/ only, deploy/nginx.conf).
+EDGE = "<edge>"
+# Every operation may meet malformed HTTP or fail unexpectedly.
+_ALWAYS = ("bad_request", "internal_error")
+# A model still loading, or whose load failed (this worker retries; each load error has its code).
+_NOT_READY = ("model_not_ready", *LOAD_ERROR_CODES, "service_unavailable")
+_EXTRACT_CODES = (
+    "invalid_json",
+    EDGE,
+    "body_too_large",
+    "request_too_large",
+    "unsupported_media_type",
+    "invalid_input",
+    "unknown_field",
+    "empty_texts",
+    "too_many_texts",
+    "text_too_long",
+    "deadline_exceeded",
+    *_ALWAYS,
+    *_NOT_READY,
+)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the document: ``codes`` are the problem codes it answers (``EDGE`` expands
+    to the /v1/ edge's); ``named``: it takes the ``{name}`` of a model."""
+
+    path: str
+    method: str
+    operation_id: str
+    summary: str
+    ok: str
+    ok_schema: dict[str, Any]
+    codes: tuple[str, ...]
+    description: str | None = None
+    extract: bool = False  # takes the extract request body
+    named: bool = False
+    ok_media: str = "application/json"
+
+
+_EXTRACT_SUMMARY = "Entities and (subject, predicate, object) triples of one text or many"
+OPERATIONS = (
+    Operation(
+        "/v1/extract",
+        "post",
+        "extract",
+        f"{_EXTRACT_SUMMARY}, by the default model",
+        "One result per text, in input order",
+        _ref("ExtractResponse"),
+        _EXTRACT_CODES,
+        extract=True,
+    ),
+    Operation(
+        "/v1/model",
+        "get",
+        "model",
+        "The served model: task, predicates and their types, buckets, limits",
+        "The model summary",
+        _ref("ModelSummary"),
+        (EDGE, *_ALWAYS, *_NOT_READY),
+    ),
+    Operation(
+        "/v1/models",
+        "get",
+        "models",
+        "Every model of the service: name, state, version, task, labels",
+        "The models, the default first",
+        _ref("ModelListing"),
+        (EDGE, *_ALWAYS),
+    ),
+    Operation(
+        "/v1/models/{name}",
+        "get",
+        "model_named",
+        "One model: task, predicates or entity types, buckets, limits",
+        "The model summary",
+        _ref("ModelSummary"),
+        (EDGE, "unknown_model", *_ALWAYS, *_NOT_READY),
+        named=True,
+    ),
+    Operation(
+        "/healthz",
+        "get",
+        "healthz",
+        "Liveness: the process answers",
+        "Alive",
+        {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": {"type": "string", "enum": ["ok"]}},
+        },
+        _ALWAYS,
+    ),
+    Operation(
+        "/readyz",
+        "get",
+        "readyz",
+        "Readiness: the model is loaded and every bucket shape warmed",
+        "Ready",
+        {
+            "type": "object",
+            "required": ["status", "model"],
+            "properties": {
+                "status": {"type": "string", "enum": ["ready"]},
+                "model": _ref("ModelBrief"),
+                "models": {
+                    "type": "object",
+                    "description": "every model by name",
+                    "additionalProperties": _ref("ModelBrief"),
+                },
+            },
+        },
+        (*_ALWAYS, *_NOT_READY),
+    ),
+    Operation(
+        "/metrics",
+        "get",
+        "metrics",
+        "Prometheus metrics of every worker (docs/rest.md lists them)",
+        "Prometheus text exposition format 0.0.4",
+        _STRING,
+        ("<metrics>", *_ALWAYS),
+        description="Guarded by its own token (SPO_METRICS_TOKEN) when one is set; "
+        "the API tokens never apply.",
+        ok_media="text/plain",
+    ),
+    Operation(
+        "/openapi.json",
+        "get",
+        "openapi",
+        "This document",
+        "OpenAPI 3.0 document",
+        {"type": "object"},
+        _ALWAYS,
+    ),
     # The named extract is the default one's operation with a model name and its 404.
-    named_extract = dict(paths["/v1/extract"]["post"])
-    named_responses = dict(named_extract["responses"])
-    named_responses.update(_problems("unknown_model"))
-    named_extract.update(
-        operationId="extract_with",
-        summary="Entities and triples of one text or many, by the named model",
-        parameters=[model_name],
-        responses=named_responses,
-    )
-    paths["/v1/models/{name}/extract"] = {"post": named_extract}
+    Operation(
+        "/v1/models/{name}/extract",
+        "post",
+        "extract_with",
+        "Entities and triples of one text or many, by the named model",
+        "One result per text, in input order",
+        _ref("ExtractResponse"),
+        (*_EXTRACT_CODES, "unknown_model"),
+        extract=True,
+        named=True,
+    ),
+)
+
+
+def _codes(operation: Operation, settings: Settings) -> tuple[str, ...]:
+    """``operation``'s problem codes with its placeholders filled in from ``settings``."""
+    expanded = {
+        EDGE: (
+            *(("unauthorized",) if settings.auth_enabled else ()),
+            *(("rate_limited",) if settings.rate_limit else ()),
+        ),
+        "<metrics>": ("unauthorized",) if settings.metrics_token else (),
+    }
+    return tuple(c for code in operation.codes for c in expanded.get(code, (code,)))
+
+
+def _build_operation(operation: Operation, settings: Settings) -> dict[str, Any]:
+    if operation.ok_media == "application/json":
+        ok = _ok(operation.ok, copy.deepcopy(operation.ok_schema))
+    else:
+        ok = {
+            "description": operation.ok,
+            "headers": {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}},
+            "content": {operation.ok_media: {"schema": dict(operation.ok_schema)}},
+        }
+    built: dict[str, Any] = {"operationId": operation.operation_id, "summary": operation.summary}
+    if operation.description:
+        built["description"] = operation.description
+    if operation.named:
+        names = [name for name, _ in settings.model_table]
+        built["parameters"] = [
+            {
+                "name": "name",
+                "in": "path",
+                "required": True,
+                "description": f"a model of this service (GET /v1/models); the default is {names[0]}",
+                "schema": {"type": "string", "enum": names},
+            }
+        ]
+    if operation.extract:
+        built["requestBody"] = {
+            "required": True,
+            "description": f"At most {settings.max_body_bytes} bytes of UTF-8 JSON.",
+            "content": {
+                "application/json": {"schema": {"oneOf": [_ref("ExtractOne"), _ref("ExtractMany")]}}
+            },
+        }
+    built["responses"] = {"200": ok, **_problems(*_codes(operation, settings))}
+    if settings.auth_enabled and operation.path.startswith("/v1/"):
+        built["security"] = [{"bearer": []}]
+    if settings.metrics_token and operation.operation_id == "metrics":
+        built["security"] = [{"metrics": []}]
+    return built
+
+
+def _security_schemes(settings: Settings) -> dict[str, Any]:
+    schemes: dict[str, Any] = {}
     if settings.auth_enabled:
-        spec["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-        for path in [p for p in paths if p.startswith("/v1/")]:
-            for operation in paths[path].values():
-                operation["security"] = [{"bearer": []}]
+        schemes["bearer"] = {"type": "http", "scheme": "bearer"}
     if settings.metrics_token:
-        spec["components"].setdefault("securitySchemes", {})["metrics"] = {
+        schemes["metrics"] = {
             "type": "http",
             "scheme": "bearer",
             "description": "SPO_METRICS_TOKEN",
         }
-        paths["/metrics"]["get"]["security"] = [{"metrics": []}]
-    return spec
+    return schemes
+
+
+INFO = {
+    "title": "spo-service",
+    "version": "1",
+    "description": (
+        "Entities and (subject, predicate, object) triples from Chinese text. Errors are "
+        "application/problem+json with a stable `code`. Every answer carries X-Request-ID "
+        "(the client's, when it sends a sane one)."
+    ),
+}
+
+
+def build_spec(settings: Settings) -> dict[str, Any]:
+    """The document for ``settings``: ``OPERATIONS`` and the schemas, built."""
+    paths: dict[str, Any] = {}
+    for operation in OPERATIONS:
+        paths.setdefault(operation.path, {})[operation.method] = _build_operation(
+            operation, settings
+        )
+    components: dict[str, Any] = {
+        "schemas": _schemas(settings),
+        "headers": {
+            "X-Request-ID": {
+                "description": "the request id (also in problem bodies and logs)",
+                "schema": {"type": "string"},
+            }
+        },
+    }
+    schemes = _security_schemes(settings)
+    if schemes:
+        components["securitySchemes"] = schemes
+    return {"openapi": "3.0.3", "info": dict(INFO), "paths": paths, "components": components}

@@ -33,7 +33,7 @@ class ServedModel:
     name: str
     directory: Path
     slot: ModelSlot
-    batcher: MicroBatcher | None = None
+    batcher: MicroBatcher[Any] | None = None
 
     def brief(self) -> dict[str, Any]:
         """What ``GET /v1/models`` says of it: name, state, and once loaded version, task, labels."""
@@ -67,7 +67,7 @@ class ModelRegistry:
             batcher = None
             if settings.microbatch_wait_ms > 0:
                 batcher = MicroBatcher(
-                    slot.extract_batch,
+                    slot.run,
                     wait_s=settings.microbatch_wait_ms / 1000,
                     max_texts=settings.microbatch_max_texts,
                 )

@@ -61,7 +61,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.batch.output import dumps_line
 from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
 from app.batch.stream import extract_windows
-from app.batch.workers import ExtractorFactory, InlineExecutor, Outcome, WorkSpec
+from app.batch.workers import ExtractorFactory, InlineExecutor, WorkSpec
 from app.settings import DEFAULT_MODEL_DIR
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
@@ -73,42 +73,35 @@ from nlp.errors import InvalidInput, ManifestError, SpoError
 from nlp.loader import load_extractor
 from nlp.manifest import MANIFEST_NAME, load_manifest, sha256_file
 from nlp.validation import check_text
+from nlp.values import EXTRACTION, FAILURE, Extraction, Failure, Member, Outcome, Shape
 
 logger = logging.getLogger(__name__)
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 INPUT_FORMATS = ("auto", *FORMATS)
 
-_SPAN = T.StructType(
-    [
-        T.StructField("text", T.StringType()),
-        T.StructField("start", T.IntegerType()),
-        T.StructField("end", T.IntegerType()),
-        T.StructField("type", T.StringType()),
-    ]
-)
-#: The columns ``extract_dataframe`` returns after ``id``, and the Parquet output holds.
-RESULT_FIELDS = (
-    T.StructField("entities", T.ArrayType(_SPAN)),
-    T.StructField(
-        "triples",
-        T.ArrayType(
-            T.StructType(
-                [
-                    T.StructField("subject", _SPAN),
-                    T.StructField("predicate", T.StringType()),
-                    T.StructField("object", _SPAN),
-                ]
-            )
-        ),
-    ),
-    T.StructField(
-        "error",
-        T.StructType(
-            [T.StructField("code", T.StringType()), T.StructField("message", T.StringType())]
-        ),
-    ),
-)
+_SCALARS: dict[str, T.DataType] = {"string": T.StringType(), "integer": T.IntegerType()}
+
+
+def spark_type(member: Member) -> T.DataType:
+    """The Spark type of one member of a wire shape (``nlp.values``): its scalar, or a struct of
+    its shape's members; an array of it when ``many``."""
+    kind = member.kind
+    if isinstance(kind, Shape):
+        inner: T.DataType = T.StructType([spark_field(m) for m in kind.members])
+    else:
+        inner = _SCALARS[kind]
+    return T.ArrayType(inner) if member.many else inner
+
+
+def spark_field(member: Member) -> T.StructField:
+    return T.StructField(member.name, spark_type(member))
+
+
+#: The columns ``extract_dataframe`` returns after ``id``, and the Parquet output holds: the members
+#: of an ``Extraction`` and of a ``Failure``, derived from their one wire shape (``nlp.values``).
+RESULT_FIELDS = tuple(spark_field(m) for m in (*EXTRACTION.members, *FAILURE.members))
+_RESULT_SHAPES = {type_: shape for type_, shape in ((Extraction, EXTRACTION), (Failure, FAILURE))}
 # Input lines once parsed: what flows from the parse stage to the extract stage.
 _PARSED = T.StructType(
     [
@@ -216,12 +209,12 @@ def _resolve_model(model: str, sha256: str | None = None) -> Path:
 
 
 def _results(outcomes: list[Outcome]) -> dict[str, list[Any]]:
-    """The ``entities``, ``triples`` and ``error`` columns of ``outcomes``."""
-    columns: dict[str, list[Any]] = {f.name: [] for f in RESULT_FIELDS}
-    for outcome in outcomes:
-        doc = json.loads(b"{" + outcome + b"}")
-        for name, values in columns.items():
-            values.append(doc.get(name))
+    """The ``entities``, ``triples`` and ``error`` columns of ``outcomes``, straight from the typed
+    values (null where a member is not the outcome's: an error row's results, a result's error)."""
+    columns: dict[str, list[Any]] = {f.name: [None] * len(outcomes) for f in RESULT_FIELDS}
+    for row, outcome in enumerate(outcomes):
+        for member in _RESULT_SHAPES[type(outcome)].members:
+            columns[member.name][row] = member.encode(outcome)
     return columns
 
 

@@ -7,12 +7,17 @@ checked first by ``nlp.validation.check_text`` (texts over ``max_text_chars`` ch
 surrogates are refused). The model call goes through a ``nlp.protocols.Runtime``: ``SessionRuntime``
 unless the caller builds the ``Extractor`` around another.
 
-Work is bounded in two ways, both optional. ``plan`` tokenizes and windows without touching the model
-(pure, safe from any thread) and ``Plan.tokens`` counts the request's work: every window's tokens plus
-its ``[CLS]`` and ``[SEP]`` (overlaps count twice: the model runs them twice). ``extract_batch`` with
-``max_tokens`` refuses a plan over it with ``RequestTooLarge`` before any model call. ``run`` with a
-``deadline`` (a ``time.monotonic()`` value) checks it before every model call and stops with
-``DeadlineExceeded``: a deadline can be overshot by at most one model call (one bucket-shaped batch).
+One flow per request: the edge (REST, batch, Spark) calls ``plan`` once per request or text; it checks
+and tokenizes each text exactly once and windows it, without touching the model (pure, safe from any
+thread). ``Plan.merge`` joins plans (the micro-batcher's combined call, a batch chunk) without
+re-reading a text, and ``run`` runs a plan, so nothing downstream validates or tokenizes again.
+
+Work is bounded in two ways, both optional. ``Plan.tokens`` counts the request's work: every window's
+tokens plus its ``[CLS]`` and ``[SEP]`` (overlaps count twice: the model runs them twice). ``plan`` with
+``max_tokens`` (the one token cap: ``SPO_MAX_REQUEST_TOKENS`` on the service) refuses a plan over it
+with ``RequestTooLarge`` before any model call. ``run`` with a ``deadline`` (a ``time.monotonic()``
+value) checks it before every model call and stops with ``DeadlineExceeded``: a deadline can be
+overshot by at most one model call (one bucket-shaped batch).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -52,16 +57,57 @@ class Window:
 
 @dataclass(frozen=True)
 class Plan:
-    """Validated texts, their encodings and windows: everything before the model. See ``tokens``."""
+    """Validated texts, their encodings and windows: everything before the model. See ``tokens``.
+
+    ``len(plan)`` is its number of texts; ``run`` returns one ``Extraction`` per text, in order.
+    """
 
     texts: tuple[str, ...]
     encodings: tuple[Encoding, ...]
     windows: tuple[Window, ...]
 
+    def __len__(self) -> int:
+        return len(self.texts)
+
     @property
     def tokens(self) -> int:
         """The model tokens this plan runs: each window with its ``[CLS]`` and ``[SEP]``."""
         return sum(w.stop - w.start + 2 for w in self.windows)
+
+    @classmethod
+    def merge(cls, plans: Sequence[Plan]) -> Plan:
+        """One plan running ``plans`` together: their texts in order, windows renumbered. Nothing is
+        checked or tokenized again; ``run``'s results split back by ``len`` of each plan."""
+        if len(plans) == 1:
+            return plans[0]
+        windows: list[Window] = []
+        base = 0
+        for plan in plans:
+            windows.extend(Window(w.text_index + base, w.start, w.stop) for w in plan.windows)
+            base += len(plan.texts)
+        return cls(
+            tuple(t for p in plans for t in p.texts),
+            tuple(e for p in plans for e in p.encodings),
+            tuple(windows),
+        )
+
+
+class Mergeable(Protocol):
+    """A plan as the micro-batcher and the batch workers handle it: ``nlp.pipeline.Plan``, or a
+    test's stand-in with the same two members."""
+
+    def __len__(self) -> int: ...
+
+    @classmethod
+    def merge(cls, plans: Sequence[Self]) -> Self: ...
+
+
+P = TypeVar("P", bound=Mergeable)
+
+
+def merge_plans(plans: Sequence[P]) -> P:
+    """``plans`` as one (see ``Plan.merge``); at least one."""
+    return type(plans[0]).merge(plans)
 
 
 @dataclass(frozen=True)
@@ -82,7 +128,7 @@ class ModelCall:
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one ``extract_batch`` did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
+    """What one ``run`` (or ``extract_batch``) did: ``texts`` in, ``tokens`` (per text, without [CLS]/[SEP])
     and the model ``calls`` that ran them. Observers get one per call (``Extractor.observers``)."""
 
     texts: int
@@ -158,7 +204,7 @@ class Extractor:
         self.window_overlap = (
             window_overlap if window_overlap is not None else self.max_window_tokens // 4
         )
-        # Called with a ``BatchReport`` after each successful ``extract_batch`` (metrics, logs).
+        # Called with a ``BatchReport`` after each successful ``run`` (metrics, logs).
         self.observers: list[BatchObserver] = []
 
     @classmethod
@@ -204,18 +250,34 @@ class Extractor:
     def extract(self, text: str) -> Extraction:
         return self.extract_batch([text], field="text")[0]
 
-    def plan(self, texts: Sequence[str], *, field: str = "texts") -> Plan:
-        """Validate every text, tokenize and window them; no model call (safe from any thread)."""
-        for i, text in enumerate(texts):
-            check_text(text, self.max_text_chars, f"{field}[{i}]" if field == "texts" else field)
-        encodings = tuple(self.tokenizer.encode(t) for t in texts)
+    def plan(
+        self,
+        texts: Sequence[object],
+        *,
+        field: str = "texts",
+        max_tokens: int | None = None,
+        max_text_chars: int | None = None,
+    ) -> Plan:
+        """Check every text (``nlp.validation.check_text`` against ``max_text_chars``, by default the
+        extractor's; the field is ``texts[i]`` when ``field`` is ``"texts"``, else ``field``), then
+        tokenize and window each once; no model call (safe from any thread). Over ``max_tokens``
+        model tokens: ``RequestTooLarge``, the one token cap."""
+        limit = self.max_text_chars if max_text_chars is None else max_text_chars
+        checked = [
+            check_text(text, limit, f"{field}[{i}]" if field == "texts" else field)
+            for i, text in enumerate(texts)
+        ]
+        encodings = tuple(self.tokenizer.encode(t) for t in checked)
         windows = tuple(
             w
-            for i, (t, e) in enumerate(zip(texts, encodings, strict=True))
+            for i, (t, e) in enumerate(zip(checked, encodings, strict=True))
             for w in plan_windows(t, e, i, self.max_window_tokens, self.window_overlap)
             if w.stop > w.start
         )
-        return Plan(tuple(texts), encodings, windows)
+        plan = Plan(tuple(checked), encodings, windows)
+        if max_tokens is not None and plan.tokens > max_tokens:
+            raise RequestTooLarge(plan.tokens, max_tokens, field=field)
+        return plan
 
     def extract_batch(
         self,
@@ -225,13 +287,9 @@ class Extractor:
         max_tokens: int | None = None,
         deadline: float | None = None,
     ) -> list[Extraction]:
-        """One ``Extraction`` per text, in input order. Every text is validated before any is run;
-        a request over ``max_tokens`` model tokens is refused (``RequestTooLarge``) before any model
-        call; past ``deadline`` (``time.monotonic()``) it stops with ``DeadlineExceeded``."""
-        plan = self.plan(texts, field=field)
-        if max_tokens is not None and plan.tokens > max_tokens:
-            raise RequestTooLarge(plan.tokens, max_tokens, field=field)
-        return self.run(plan, deadline=deadline)
+        """``run(plan(texts, ...))``: one ``Extraction`` per text, in input order (see ``plan`` and
+        ``run`` for the checks, the token cap and the deadline)."""
+        return self.run(self.plan(texts, field=field, max_tokens=max_tokens), deadline=deadline)
 
     def run(
         self,

@@ -45,9 +45,16 @@ class ExtractorLike(Protocol):
     @property
     def manifest(self) -> Manifest: ...
 
-    def plan(self, texts: Sequence[str], *, field: str = "texts") -> Any:
-        """Validated, tokenized work with a ``tokens`` count (``nlp.pipeline.Plan``); no model call,
-        safe from any thread."""
+    def plan(
+        self,
+        texts: Sequence[object],
+        *,
+        field: str = "texts",
+        max_tokens: int | None = None,
+        max_text_chars: int | None = None,
+    ) -> Any:
+        """Validated, tokenized work with a ``tokens`` count (``nlp.pipeline.Plan``), refused over
+        ``max_tokens``; no model call, safe from any thread."""
         ...
 
     def run(self, plan: Any, *, deadline: float | None = None) -> list[Extraction]:

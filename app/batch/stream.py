@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.batch.records import Record
-from app.batch.workers import Chunk, Outcome, error_outcome
+from app.batch.workers import Chunk, error_outcome
+from nlp.values import Outcome
 
 
 class Executor(Protocol):
@@ -55,18 +56,21 @@ def extract_windows(
 
     >>> from app.batch.workers import InlineExecutor, WorkSpec
     >>> from nlp.config import LoadOptions
+    >>> class Texts(tuple):  # a stand-in plan: its texts
+    ...     @classmethod
+    ...     def merge(cls, plans): return cls(t for p in plans for t in p)
     >>> class Upper:  # a stand-in extractor: one "entity", the whole text
-    ...     def check_text(self, text, field="text"): pass
-    ...     def extract_batch(self, texts, field="texts", deadline=None):
+    ...     def plan(self, texts, field="texts", max_text_chars=None): return Texts(texts)
+    ...     def run(self, plan, deadline=None):
     ...         from nlp.values import Entity, Extraction, Span
-    ...         return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in texts]
+    ...         return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in plan]
     ...     def close(self): pass
     >>> ex = InlineExecutor(lambda options: Upper(), WorkSpec(LoadOptions("unused")))
     >>> ex.start()
     >>> from nlp.errors import InvalidInput
     >>> recs = [Record(1, "ab"), Record(2, None, InvalidInput("bad")), Record(3, "c")]
-    >>> [(r.id, o[:12]) for w in extract_windows(recs, ex, window=2) for r, o in w]
-    [(1, b'"entities":['), (2, b'"error":{"co'), (3, b'"entities":[')]
+    >>> [(r.id, type(o).__name__) for w in extract_windows(recs, ex, window=2) for r, o in w]
+    [(1, 'Extraction'), (2, 'Failure'), (3, 'Extraction')]
     """
     if window < 1 or chunk_size < 1:
         raise ValueError("window and chunk_size must be positive")

@@ -1,8 +1,14 @@
 """Where texts meet the model: in this process, or in spawned worker processes.
 
 Both executors take chunks ``(chunk_id, texts)`` lazily and yield ``(chunk_id, outcomes)`` as chunks
-complete (any order; the caller restores input order). An outcome is the output line's body, as
-JSON bytes: ``"entities":[...],"triples":[...]`` or ``"error":{"code":...,"message":...}``.
+complete (any order; the caller restores input order). An outcome stays a typed value
+(``nlp.values.Outcome``: an ``Extraction`` or a ``Failure``) until the output writes it
+(``app.batch.output.dumps_line``) or Spark turns it into columns.
+
+Each text of a chunk is planned once (``Extractor.plan``: checked against ``--max-text-chars`` and
+tokenized); a bad text becomes its ``Failure`` and never fails its neighbours; the good plans are
+merged (``nlp.pipeline.merge_plans``) and run as one. A rerun one text at a time (below) runs the same
+plans: no text is checked or tokenized twice.
 
 Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
 own extractor with the run's ``nlp.config.LoadOptions`` (``intra_op = cores / workers``: see
@@ -34,25 +40,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from app.batch.output import encode_outcome
 from app.problems import INTERNAL_ERROR
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
+from nlp.pipeline import merge_plans
 from nlp.protocols import ExtractorLike
-from nlp.validation import check_text
+from nlp.values import Failure, Outcome
 
 logger = logging.getLogger(__name__)
 
-Outcome = bytes  # an output line's body, see app.batch.output.encode_outcome
 Chunk = tuple[int, list[str]]
-INTERNAL_ERROR_OUTCOME = encode_outcome(
-    {
-        "error": {
-            "code": INTERNAL_ERROR.code,
-            "message": "unexpected error on this text (see the log)",
-        }
-    }
-)
+INTERNAL_ERROR_OUTCOME = Failure(INTERNAL_ERROR.code, "unexpected error on this text (see the log)")
 
 # Loads a worker's extractor: ``nlp.loader.load_extractor``, or a picklable fake in tests.
 ExtractorFactory = Callable[[LoadOptions], ExtractorLike]
@@ -73,54 +71,70 @@ class WorkerError(Exception):
 
 
 def error_outcome(exc: SpoError) -> Outcome:
-    return encode_outcome({"error": {"code": exc.code, "message": exc.message}})
+    return Failure.of(exc)
+
+
+def _plan_one(extractor: ExtractorLike, text: str, spec: WorkSpec) -> Any:
+    """The plan of one text, or its ``Failure`` (a bad text; an unexpected error, logged)."""
+    try:
+        return extractor.plan(
+            [text], field=spec.text_field, max_text_chars=spec.options.max_text_chars
+        )
+    except SpoError as exc:
+        return Failure.of(exc)
+    except Exception:
+        logger.exception("planning a text of %d characters failed", len(text))
+        return INTERNAL_ERROR_OUTCOME
 
 
 def run_chunk(extractor: ExtractorLike, texts: Sequence[str], spec: WorkSpec) -> list[Outcome]:
-    """Outcomes for ``texts``: each is checked first, so one bad text never fails its neighbours;
+    """Outcomes for ``texts``: each is planned first, so one bad text never fails its neighbours;
     with ``spec.record_timeout`` no record runs longer than that (see the module docstring)."""
     out: list[Outcome | None] = [None] * len(texts)
-    valid: list[int] = []
+    plans: dict[int, Any] = {}
     for i, text in enumerate(texts):
-        try:
-            check_text(text, spec.options.max_text_chars, spec.text_field)
-        except SpoError as exc:
-            out[i] = error_outcome(exc)
+        planned = _plan_one(extractor, text, spec)
+        if isinstance(planned, Failure):
+            out[i] = planned
         else:
-            valid.append(i)
+            plans[i] = planned
     timeout = spec.record_timeout
-    if valid:
-        deadline = time.monotonic() + timeout * len(valid) if timeout else None
+    if plans:
+        deadline = time.monotonic() + timeout * len(plans) if timeout else None
         try:
-            results = extractor.extract_batch([texts[i] for i in valid], deadline=deadline)
-            for i, result in zip(valid, results, strict=True):
-                out[i] = encode_outcome(result.to_dict())
+            results = extractor.run(merge_plans(list(plans.values())), deadline=deadline)
+            for i, result in zip(plans, results, strict=True):
+                out[i] = result
         except DeadlineExceeded:
             logger.warning(
                 "a chunk of %d texts passed --record-timeout (%gs a text); running them one by one",
-                len(valid),
+                len(plans),
                 timeout,
             )
-            for i in valid:
-                out[i] = _run_one(extractor, texts[i], timeout)
+            for i, plan in plans.items():
+                out[i] = _run_one(extractor, plan, len(texts[i]), timeout)
         except Exception:
-            logger.exception("batch of %d texts failed; retrying them one at a time", len(valid))
-            for i in valid:
-                out[i] = _run_one(extractor, texts[i], timeout)
+            logger.exception("batch of %d texts failed; retrying them one at a time", len(plans))
+            for i, plan in plans.items():
+                out[i] = _run_one(extractor, plan, len(texts[i]), timeout)
     return [o if o is not None else INTERNAL_ERROR_OUTCOME for o in out]
 
 
-def _run_one(extractor: ExtractorLike, text: str, record_timeout: float = 0.0) -> Outcome:
+def _run_one(
+    extractor: ExtractorLike, plan: Any, chars: int, record_timeout: float = 0.0
+) -> Outcome:
+    """The outcome of one text's ``plan`` (of ``chars`` characters), run alone."""
     deadline = time.monotonic() + record_timeout if record_timeout else None
     try:
-        return encode_outcome(extractor.extract_batch([text], deadline=deadline)[0].to_dict())
+        result: Outcome = extractor.run(plan, deadline=deadline)[0]
+        return result
     except DeadlineExceeded as exc:
         message = f"the record took over --record-timeout {record_timeout:g}s ({exc.message})"
-        return encode_outcome({"error": {"code": exc.code, "message": message}})
+        return Failure(exc.code, message)
     except SpoError as exc:
-        return error_outcome(exc)
+        return Failure.of(exc)
     except Exception:
-        logger.exception("text of %d characters failed", len(text))
+        logger.exception("text of %d characters failed", chars)
         return INTERNAL_ERROR_OUTCOME
 
 

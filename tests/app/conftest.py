@@ -19,8 +19,10 @@ from flask.testing import FlaskClient, FlaskCliRunner
 
 from app import create_app
 from app.settings import Settings
-from nlp.errors import DeadlineExceeded
+from nlp.config import DEFAULT_MAX_TEXT_CHARS
+from nlp.errors import DeadlineExceeded, RequestTooLarge
 from nlp.manifest import load_manifest
+from nlp.validation import check_text
 from nlp.values import Entity, Extraction, Span
 
 
@@ -55,11 +57,23 @@ def runner(app: Flask) -> FlaskCliRunner:
 
 @dataclass(frozen=True)
 class FakePlan:
-    """``FakeExtractor.plan``: one model token per character, plus two per text."""
+    """``FakeExtractor.plan``: one model token per character, plus two per text; merges as
+    ``nlp.pipeline.Plan`` does."""
 
     texts: list[str]
     field: str
     tokens: int
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @classmethod
+    def of(cls, texts: Sequence[str], field: str = "texts") -> FakePlan:
+        return cls(list(texts), field, sum(len(t) + 2 for t in texts))
+
+    @classmethod
+    def merge(cls, plans: Sequence[FakePlan]) -> FakePlan:
+        return cls([t for p in plans for t in p.texts], "texts", sum(p.tokens for p in plans))
 
 
 class FakeExtractor:
@@ -71,10 +85,28 @@ class FakeExtractor:
         self.fail: BaseException | None = None
         self.delay = 0.0
         self.calls: list[list[str]] = []
+        self.plans = 0
         self.deadlines: list[float | None] = []
 
-    def plan(self, texts: Sequence[str], *, field: str = "texts") -> FakePlan:
-        return FakePlan(list(texts), field, sum(len(t) + 2 for t in texts))
+    def plan(
+        self,
+        texts: Sequence[object],
+        *,
+        field: str = "texts",
+        max_tokens: int | None = None,
+        max_text_chars: int | None = None,
+    ) -> FakePlan:
+        """Checks texts as ``Extractor.plan`` does; ``plans`` counts the calls."""
+        self.plans += 1
+        limit = DEFAULT_MAX_TEXT_CHARS if max_text_chars is None else max_text_chars
+        checked = [
+            check_text(t, limit, f"{field}[{i}]" if field == "texts" else field)
+            for i, t in enumerate(texts)
+        ]
+        plan = FakePlan(checked, field, sum(len(t) + 2 for t in checked))
+        if max_tokens is not None and plan.tokens > max_tokens:
+            raise RequestTooLarge(plan.tokens, max_tokens, field=field)
+        return plan
 
     def run(self, plan: FakePlan, *, deadline: float | None = None) -> list[Extraction]:
         return self.extract_batch(plan.texts, field=plan.field, deadline=deadline)

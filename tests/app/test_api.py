@@ -299,8 +299,10 @@ def test_api_not_ready_until_loaded(settings: Settings, fake_extractor: Any) -> 
         assert_problem(response, 503, "model_not_ready")
         assert response.headers["Retry-After"] == "5"
     assert_problem(client.post("/v1/extract", json={"text": "北京"}), 503, "model_not_ready")
-    # Bad input is still answered as bad input while loading.
+    # Bad input is still answered as bad input while loading (the texts too: issue 20).
     assert_problem(client.post("/v1/extract", json={"texts": []}), 422, "empty_texts")
+    assert_problem(client.post("/v1/extract", json={"texts": ["a", 5]}), 422, "invalid_input")
+    assert_problem(client.post("/v1/extract", json={"text": "长" * 301}), 422, "text_too_long")
     release.set()
     thread = [t for t in threading.enumerate() if t.name == "spo-model-load"]
     for t in thread:

@@ -51,12 +51,11 @@ class _Shared:
         self.extractor = extractor
         self.manifest = extractor.manifest
 
-    def extract_batch(
-        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
-    ) -> list[Extraction]:
-        result: list[Extraction] = self.extractor.extract_batch(
-            texts, field=field, deadline=deadline
-        )
+    def plan(self, texts: Sequence[object], **options: Any) -> Any:
+        return self.extractor.plan(texts, **options)
+
+    def run(self, plan: Any, *, deadline: float | None = None) -> list[Extraction]:
+        result: list[Extraction] = self.extractor.run(plan, deadline=deadline)
         return result
 
     def close(self) -> None:

@@ -40,18 +40,49 @@ class FakeFactory:
         return FakeExtractor(options, self)
 
 
+class TextsPlan(tuple[str, ...]):
+    """A stand-in ``nlp.pipeline.Plan``: its texts, already checked; merges as ``Plan`` does."""
+
+    @classmethod
+    def merge(cls, plans: Sequence[TextsPlan]) -> TextsPlan:
+        return cls(t for p in plans for t in p)
+
+
 class FakeExtractor:
-    """Finds every '北京' (地点) and every '张三' (人物); checks texts as ``Extractor`` does."""
+    """Finds every '北京' (地点) and every '张三' (人物); checks texts as ``Extractor`` does (in
+    ``plan``; ``plans`` counts the texts it checked)."""
 
     manifest = None  # the batch command never reads it
 
     def __init__(self, options: LoadOptions, factory: FakeFactory) -> None:
         self.options, self.factory = options, factory
         self.calls = 0
+        self.planned = 0
+
+    def plan(
+        self,
+        texts: Sequence[object],
+        *,
+        field: str = "texts",
+        max_tokens: int | None = None,
+        max_text_chars: int | None = None,
+    ) -> TextsPlan:
+        limit = self.options.max_text_chars if max_text_chars is None else max_text_chars
+        self.planned += len(texts)
+        return TextsPlan(
+            check_text(t, limit, f"{field}[{i}]" if field == "texts" else field)
+            for i, t in enumerate(texts)
+        )
+
+    def run(self, plan: TextsPlan, *, deadline: float | None = None) -> list[Extraction]:
+        return self._extract(list(plan), deadline)
 
     def extract_batch(
         self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
     ) -> list[Extraction]:
+        return self.run(self.plan(texts, field=field), deadline=deadline)
+
+    def _extract(self, texts: list[str], deadline: float | None) -> list[Extraction]:
         self.calls += 1
         f = self.factory
         if f.hang and any(HANG in t for t in texts):
@@ -74,8 +105,6 @@ class FakeExtractor:
                 os._exit(3)
         if f.raise_on and any(f.raise_on in t for t in texts):
             raise RuntimeError("a bug")
-        for t in texts:
-            check_text(t, self.options.max_text_chars)
         return [self._one(t) for t in texts]
 
     @staticmethod

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import doctest
-import json
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.batch import stream
 from app.batch.records import Record
 from app.batch.stream import extract_records, extract_windows
-from app.batch.workers import Chunk, InlineExecutor, Outcome, WorkSpec
+from app.batch.workers import Chunk, InlineExecutor, WorkSpec
 from nlp.config import LoadOptions
 from nlp.errors import InvalidInput
-from nlp.values import Entity, Extraction, Span
+from nlp.values import Entity, Extraction, Outcome, Span
+from tests.app.test_batch_fakes import TextsPlan
 
 
 class Whole:
@@ -23,11 +25,12 @@ class Whole:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 
-    def extract_batch(
-        self, texts: Sequence[str], *, field: str = "texts", deadline: float | None = None
-    ) -> list[Extraction]:
-        self.batches.append(list(texts))
-        return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in texts]
+    def plan(self, texts: Sequence[str], **_: Any) -> TextsPlan:
+        return TextsPlan(texts)
+
+    def run(self, plan: TextsPlan, *, deadline: float | None = None) -> list[Extraction]:
+        self.batches.append(list(plan))
+        return [Extraction((Entity(Span(0, len(t), t), "T"),)) for t in plan]
 
     def close(self) -> None:
         pass
@@ -77,7 +80,7 @@ def test_batch_stream_keeps_input_order_when_chunks_complete_out_of_order(
     pairs = list(extract_records(records, Reversed(inline), window=16, chunk_size=4))
     assert [r.id for r, _ in pairs] == list(range(50))
     for record, outcome in pairs:
-        doc = json.loads(b"{" + outcome + b"}")
+        doc = outcome.to_dict()
         if record.error is not None:
             assert doc == {"error": {"code": "invalid_input", "message": "bad"}}
         else:
@@ -109,3 +112,26 @@ def test_batch_stream_refuses_empty_windows_and_chunks(inline: InlineExecutor) -
     with pytest.raises(ValueError, match="positive"):
         list(extract_windows([], inline, window=0))
     assert list(extract_windows([], inline)) == []
+
+
+def test_batch_stream_run_chunk_plans_each_text_once_even_when_rerun() -> None:
+    """Issue 20: a chunk's texts are planned (checked, tokenized) once; a bad one becomes its
+    ``Failure``; when the combined run fails, each plan is rerun alone without being planned again."""
+    from app.batch.workers import run_chunk
+    from nlp.values import Failure
+    from tests.app.test_batch_fakes import FakeExtractor, FakeFactory
+
+    options = LoadOptions(Path("unused"), max_text_chars=20)
+    extractor = FakeExtractor(options, FakeFactory(raise_on="虫"))
+    texts = ["北京很大", "a\x00b", "有虫的一句", "张三", "长" * 21]
+    outcomes = run_chunk(extractor, texts, WorkSpec(options))
+    assert extractor.planned == len(texts)
+    assert extractor.calls == 1 + 3  # the combined run, then each of the three good plans alone
+    assert [o.code if isinstance(o, Failure) else "ok" for o in outcomes] == [
+        "ok",
+        "invalid_input",
+        "internal_error",
+        "ok",
+        "text_too_long",
+    ]
+    assert outcomes[0] == Extraction((Entity(Span(0, 2, "北京"), "地点"),))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from app.microbatch import MicroBatcher
 from app.settings import Settings, SettingsError
 from nlp.errors import DeadlineExceeded
 from nlp.values import Extraction
-from tests.app.conftest import FakeExtractor
+from tests.app.conftest import FakeExtractor, FakePlan
 
 PROBLEM = "application/problem+json"
 
@@ -136,9 +136,8 @@ class Clocked:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(
-        self, texts: Sequence[str], field: str, *, deadline: float | None = None
-    ) -> list[Extraction]:
+    def __call__(self, plan: FakePlan, deadline: float | None = None) -> list[Extraction]:
+        texts = plan.texts
         self.calls.append((list(texts), deadline))
         assert self.gate.wait(10)
         time.sleep(self.delay)
@@ -147,10 +146,10 @@ class Clocked:
         return [Extraction() for _ in texts]
 
 
-def _submit(batcher: MicroBatcher, texts: list[str], timeout: float | None) -> Any:
+def _submit(batcher: MicroBatcher[FakePlan], texts: list[str], timeout: float | None) -> Any:
     deadline = time.monotonic() + timeout if timeout is not None else None
     try:
-        return batcher.submit(texts, deadline=deadline)
+        return batcher.submit(FakePlan.of(texts), deadline=deadline)
     except Exception as exc:
         return exc
 

@@ -20,6 +20,7 @@ from app.microbatch import BatcherClosed, MicroBatcher
 from app.settings import Settings
 from nlp.errors import InvalidInput
 from nlp.values import Entity, Extraction, Span
+from tests.app.conftest import FakePlan
 
 
 def tagged(text: str) -> Extraction:
@@ -28,7 +29,7 @@ def tagged(text: str) -> Extraction:
 
 
 class Recorder:
-    """A ``run`` for ``MicroBatcher``: records each call's texts; raises for texts containing ``bad``;
+    """A ``run`` for ``MicroBatcher`` (of ``FakePlan``s): records each call's texts; raises for texts containing ``bad``;
     ``gate``, when set, holds every call until it is opened."""
 
     def __init__(self, delay: float = 0.0) -> None:
@@ -38,9 +39,8 @@ class Recorder:
         self.lock = threading.Lock()
         self.deadlines: list[float | None] = []
 
-    def __call__(
-        self, texts: Sequence[str], field: str, *, deadline: float | None = None
-    ) -> list[Extraction]:
+    def __call__(self, plan: FakePlan, deadline: float | None = None) -> list[Extraction]:
+        texts, field = plan.texts, plan.field
         with self.lock:
             self.calls.append(list(texts))
             self.deadlines.append(deadline)
@@ -76,9 +76,9 @@ def together(n: int, work: Callable[[int], Any], timeout: float = 20) -> list[An
 
 @pytest.fixture
 def batchers() -> Any:
-    made: list[MicroBatcher] = []
+    made: list[MicroBatcher[FakePlan]] = []
 
-    def make(run: Any, **kwargs: Any) -> MicroBatcher:
+    def make(run: Any, **kwargs: Any) -> MicroBatcher[FakePlan]:
         kwargs.setdefault("wait_s", 0.2)
         kwargs.setdefault("max_texts", 64)
         made.append(MicroBatcher(run, **kwargs))
@@ -94,7 +94,7 @@ def test_microbatch_combines_requests_arriving_together(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.5)
     requests = [[f"请求{i}的第{j}句" for j in range(1 + i % 3)] for i in range(8)]
-    results = together(8, lambda i: batcher.submit(requests[i]))
+    results = together(8, lambda i: batcher.submit(FakePlan.of(requests[i])))
     assert max(len(call) for call in run.calls) > 3, run.calls  # more than one request per call
     assert len(run.calls) < 8
     assert sorted(t for call in run.calls for t in call) == sorted(t for r in requests for t in r)
@@ -112,7 +112,7 @@ def test_microbatch_routes_results_under_load(batchers: Any) -> None:
     def work(i: int) -> bool:
         for k in range(15):
             texts = [f"线程{i}请求{k}文本{j}" for j in range(1 + (i + k) % 4)]
-            if batcher.submit(texts) != [tagged(t) for t in texts]:
+            if batcher.submit(FakePlan.of(texts)) != [tagged(t) for t in texts]:
                 return False
         return True
 
@@ -126,7 +126,7 @@ def test_microbatch_never_splits_a_request_over_the_cap(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.3, max_texts=3)
     requests = [["a1", "a2"], ["b1", "b2"], ["c1", "c2", "c3", "c4", "c5"], ["d1"]]
-    results = together(4, lambda i: batcher.submit(requests[i]))
+    results = together(4, lambda i: batcher.submit(FakePlan.of(requests[i])))
     assert results == [[tagged(t) for t in r] for r in requests]
     assert ["c1", "c2", "c3", "c4", "c5"] in run.calls
     assert all(len(call) <= 3 for call in run.calls if "c1" not in call)
@@ -136,7 +136,7 @@ def test_microbatch_failing_request_is_isolated(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.5)
     requests = [["好的一句"], ["另一句", "bad 的一句"], ["第三句"], ["第四句", "第五句"]]
-    results = together(4, lambda i: batcher.submit(requests[i], "texts"))
+    results = together(4, lambda i: batcher.submit(FakePlan.of(requests[i])))
     bad = results[1]
     assert (
         isinstance(bad, InvalidInput) and bad.field == "texts[1]"
@@ -153,18 +153,18 @@ def test_microbatch_wait_window_is_bounded(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.15)
     started = time.monotonic()
-    assert batcher.submit(["独自一句"]) == [tagged("独自一句")]
+    assert batcher.submit(FakePlan.of(["独自一句"])) == [tagged("独自一句")]
     elapsed = time.monotonic() - started
     assert 0.14 <= elapsed < 1.0
     # Requests queued behind a busy model do not wait a window of their own once it frees.
     run.gate = threading.Event()
-    first = threading.Thread(target=batcher.submit, args=(["先到"],))
+    first = threading.Thread(target=batcher.submit, args=(FakePlan.of(["先到"]),))
     first.start()
     time.sleep(0.4)  # the first call is running (held at the gate)
     later: list[float] = []
 
     def queued() -> None:
-        batcher.submit(["后到"])
+        batcher.submit(FakePlan.of(["后到"]))
         later.append(time.monotonic())
 
     second = threading.Thread(target=queued)
@@ -185,7 +185,7 @@ def test_microbatch_close_serves_pending_and_refuses_new(batchers: Any) -> None:
 
     def submit(text: str) -> None:
         try:
-            answers.append(batcher.submit([text]))
+            answers.append(batcher.submit(FakePlan.of([text])))
         except BatcherClosed as exc:
             answers.append(exc)
 
@@ -197,7 +197,7 @@ def test_microbatch_close_serves_pending_and_refuses_new(batchers: Any) -> None:
     closer.start()
     time.sleep(0.1)
     with pytest.raises(BatcherClosed):
-        batcher.submit(["关闭之后"])
+        batcher.submit(FakePlan.of(["关闭之后"]))
     run.gate.set()
     closer.join(5)
     for t in threads:
@@ -212,7 +212,9 @@ def test_microbatch_close_answers_what_it_cannot_serve(batchers: Any) -> None:
     batcher = batchers(run, wait_s=0.01, max_texts=1)
     results = []
     thread = threading.Thread(
-        target=lambda: results.append(together(2, lambda i: batcher.submit([f"句{i}"])))
+        target=lambda: results.append(
+            together(2, lambda i: batcher.submit(FakePlan.of([f"句{i}"])))
+        )
     )
     thread.start()
     time.sleep(0.3)
@@ -229,16 +231,16 @@ def test_microbatch_a_dying_thread_answers_its_requests(batchers: Any) -> None:
 
     calls = []
 
-    def run(texts: Sequence[str], field: str, *, deadline: float | None = None) -> list[Extraction]:
-        calls.append(list(texts))
+    def run(plan: FakePlan, deadline: float | None = None) -> list[Extraction]:
+        calls.append(plan.texts)
         if len(calls) == 1:
             raise Fatal()
-        return [tagged(t) for t in texts]
+        return [tagged(t) for t in plan.texts]
 
     batcher = batchers(run, wait_s=0.01)
     with pytest.raises(BatcherClosed):
-        batcher.submit(["第一句"])
-    assert batcher.submit(["第二句"]) == [tagged("第二句")]  # a new thread took over
+        batcher.submit(FakePlan.of(["第一句"]))
+    assert batcher.submit(FakePlan.of(["第二句"])) == [tagged("第二句")]  # a new thread took over
 
 
 def test_microbatch_rejects_bad_arguments() -> None:
@@ -343,3 +345,35 @@ def test_microbatch_real_model_results_match_unbatched(
     assert [r.get_json()["results"][0] for r in responses] == expected
     stats = app.extensions["spo.microbatch"].close()
     assert stats["requests"] == len(texts) and stats["batches"] < len(texts)
+
+
+def test_microbatch_real_model_checks_and_tokenizes_each_text_once(
+    settings: Settings, triples_extractor: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20: on the micro-batched REST path each text is checked and tokenized once (by the
+    request's plan), not again by the batcher's combined call or a rerun."""
+    from nlp.validation import check_text as real_check
+
+    encoded: list[str] = []
+    checked: list[object] = []
+    real_encode = triples_extractor.tokenizer.encode
+
+    def encode(text: str) -> Any:
+        encoded.append(text)
+        return real_encode(text)
+
+    def check(text: object, *args: Any) -> str:
+        checked.append(text)
+        return real_check(text, *args)
+
+    monkeypatch.setattr(triples_extractor.tokenizer, "encode", encode)
+    monkeypatch.setattr("nlp.pipeline.check_text", check)
+    texts = [f"李白出生于碎叶城，第{i}句。" for i in range(6)]
+    app = create_app(settings.replace(microbatch_wait_ms=300), loader=lambda s: triples_extractor)
+    bodies: list[dict[str, Any]] = [{"texts": texts[:2]}, *[{"text": t} for t in texts[2:]]]
+    responses = post_together(app, bodies)
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    stats = app.extensions["spo.microbatch"].close()
+    assert stats["batches"] < len(bodies)  # some requests were combined
+    assert sorted(encoded) == sorted(texts)
+    assert sorted(map(str, checked)) == sorted(texts)
