@@ -2,9 +2,11 @@
 the manifest declares (``nlp.manifest.MANIFEST_FIELDS``), docs/rest.md's settings table against
 ``app.settings``, and every flag of every ``spo`` command against the docs about that command.
 
-The other mirrors have their own tests: error codes per route in OpenAPI (``tests/app/test_openapi.py``),
-the catalogue in docs/rest.md and docs/batch.md (``tests/app/test_problems.py``), the routes nginx
-allows (``tests/app/test_nginx.py::test_nginx_allow_list_agrees_with_the_app``).
+The metrics table in docs/rest.md is checked against ``app.metrics.Metrics`` (at the end). The other
+mirrors have their own tests: error codes per route in OpenAPI (``tests/app/test_openapi.py``,
+``tests/app/test_openapi_routes.py``), the catalogue in docs/rest.md and docs/batch.md
+(``tests/app/test_problems.py``), the routes nginx allows (``tests/app/test_nginx.py``,
+``tests/app/test_nginx_routes.py``).
 """
 
 from __future__ import annotations
@@ -223,3 +225,20 @@ def test_docs_name_every_flag_of_every_command(name: str, command: click.Command
         if not any(re.search(rf"(?<![\w-])({pattern})(?![\w-])", s) for s in about):
             missing.append(flags[0])
     assert not missing, f"spo {name}: {missing} in no doc section about it"
+
+
+# -- metrics --------------------------------------------------------------------------------------
+def test_docs_rest_metrics_table_matches_the_declarations() -> None:
+    """docs/rest.md's table of ``/metrics`` is ``app.metrics.Metrics``' declarations: each metric's
+    exposed name (counters with ``_total``), type and labels (per-worker gauges with ``pid``)."""
+    from app.metrics import Metrics
+
+    declared = {}
+    for metric in Metrics.declared():
+        kind = metric.kind.lower()
+        per_worker = kind == "gauge" and metric.options["multiprocess_mode"] == "liveall"
+        name = metric.name + ("_total" if kind == "counter" else "")
+        declared[name] = (kind, ("pid",) * per_worker + metric.labels)
+    rows = _table(_read(PROJECT_ROOT / "docs" / "rest.md"), "| name | type | labels |")
+    documented = {_code_names(r[0])[0]: (r[1], tuple(_code_names(r[2]))) for r in rows}
+    assert documented == declared
