@@ -31,15 +31,20 @@ def _existing(*decls: str, directory: bool = False, **kwargs: Any) -> Callable[[
     return click.option(*decls, type=kind, **kwargs)
 
 
+def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
+    """A click option taking one of ``choices``, the first by default (shown in --help)."""
+    return click.option(
+        *decls, type=click.Choice(choices), default=choices[0], show_default=True, **kwargs
+    )
+
+
 @click.command("make-corpus")
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--n", "count", type=click.IntRange(min=1), default=20000, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
-@click.option(
+@_choice(
     "--split",
-    type=click.Choice(["train", "heldout"]),
-    default="train",
-    show_default=True,
+    choices=("train", "heldout"),
     help="Name pool: held-out names never occur in the training pool.",
 )
 def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
@@ -171,12 +176,10 @@ def train_command(
     default=None,
     help="Precision of --baseline (default: its own).",
 )
-@click.option(
+@_choice(
     "--format",
     "output_format",
-    type=click.Choice(["json", "text"]),
-    default="json",
-    show_default=True,
+    choices=("json", "text"),
     help="json: one line, the overall scores with by_predicate (or by_type) and by_pattern; "
     "text: the same as aligned tables.",
 )
@@ -257,7 +260,7 @@ def evaluate_command(
 @click.option("--model-version", "version", default="1", show_default=True)
 @click.option("--threshold", type=float, default=0.0, show_default=True)
 @click.option("--cased", is_flag=True, help="The vocab is cased (no lower-casing).")
-@click.option("--mode", type=click.Choice(["graph", "tf2"]), default="graph", show_default=True)
+@_choice("--mode", choices=("graph", "tf2"))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> None:
     """Turn a bert4keras GPLinker / GlobalPointer NER model into a model directory."""
@@ -273,11 +276,9 @@ def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> No
 @click.command("export-onnx")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
+@_choice(
     "--precision",
-    type=click.Choice(["fp32", "int8"]),
-    default="fp32",
-    show_default=True,
+    choices=("fp32", "int8"),
     help="int8: ONNX Runtime dynamic quantization (int8 weights) of the converted model.",
 )
 @click.option("--opset", type=click.IntRange(min=13), default=17, show_default=True)
