@@ -76,3 +76,19 @@ def test_bench_failed_worker_ends_the_run_with_one_line(
         "python -m bench peer: bench.worker peer failed (exit status 2); its output is above\n"
     )
     assert "--no-such-option" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True])
+def test_bench_stop_ends_a_server_even_one_that_ignores_sigterm(ignores_sigterm: bool) -> None:
+    import subprocess
+    import sys
+
+    from bench.common import stop
+
+    handler = "signal.SIG_IGN" if ignores_sigterm else "signal.SIG_DFL"
+    code = f"import signal, time; signal.signal(signal.SIGTERM, {handler}); print(1, flush=True); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline() == b"1\n"
+    stop(process, wait_s=0.5)
+    assert process.returncode == (-9 if ignores_sigterm else -15)
+    process.stdout.close()
