@@ -7,25 +7,13 @@ import pytest
 from nlp import _graph_rewrites as rewrites
 from nlp import engine
 from nlp import runtime as runtime_module
-from nlp.manifest import load_manifest
-from nlp.runtime import SessionRuntime
+from tests.nlp import session_runtime
 
 SHAPES = [(1, 16), (2, 16), (4, 32), (1, 64)]
 
 
 def _runtime(model_dir, *, rewrite=True, **kwargs):
-    m = load_manifest(model_dir)
-    options = dict(
-        shapes=SHAPES,
-        input_names=m.input_names,
-        output_names=m.output_names,
-        n_outputs=m.n_outputs,
-        vocab_size=100,
-        intra_op_threads=1,
-        inter_op_threads=1,
-    )
-    options.update(kwargs)
-    return SessionRuntime(model_dir, freeze=True, graph_rewrites=rewrite, **options)
+    return session_runtime(model_dir, SHAPES, freeze=True, graph_rewrites=rewrite, **kwargs)
 
 
 @pytest.fixture(scope="module")
