@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from app.batch import BatchOptions, run_batch
+from app.batch import BatchOptions, BatchSummary, run_batch
 from app.batch.output import OutputError
 from app.batch.workers import WorkerError
 from app.cli import main
@@ -129,16 +129,22 @@ def test_batch_workers_0_1_2_give_identical_output(tmp_path: Path) -> None:
     assert outs[0] == outs[1] == outs[2]
 
 
-def test_batch_recycled_workers_lose_and_reorder_nothing(tmp_path: Path) -> None:
+def run_recycling(tmp_path: Path, texts: list[str], **options: Any) -> BatchSummary:
+    """A run over ``texts`` with ``options`` (worker processes that get replaced), checked to
+    write exactly what one in-process run with the same window and chunks writes."""
     path = tmp_path / "in.txt"
-    path.write_text("\n".join(mixed_texts(200, seed=2)), encoding="utf-8")
-    ref = run(tmp_path, [path], name="ref.jsonl", window=30, chunk_size=8).read_bytes()
-    opts = batch_options(
-        tmp_path, [path], "r.jsonl", workers=2, recycle_after=40, window=30, chunk_size=8
-    )
-    summary = run_batch(opts, factory=FAKE)
-    assert summary.recycled >= 3
+    path.write_text("\n".join(texts), encoding="utf-8")
+    shape = {"window": options["window"], "chunk_size": options["chunk_size"]}
+    ref = run(tmp_path, [path], name="ref.jsonl", **shape).read_bytes()
+    summary = run_batch(batch_options(tmp_path, [path], "r.jsonl", **options), factory=FAKE)
     assert (tmp_path / "r.jsonl").read_bytes() == ref
+    return summary
+
+
+def test_batch_recycled_workers_lose_and_reorder_nothing(tmp_path: Path) -> None:
+    texts = mixed_texts(200, seed=2)
+    summary = run_recycling(tmp_path, texts, workers=2, recycle_after=40, window=30, chunk_size=8)
+    assert summary.recycled >= 3
 
 
 def test_batch_worker_death_retries_its_chunk_once(tmp_path: Path) -> None:
@@ -284,15 +290,9 @@ def test_batch_init_app_registers_the_flask_command(tmp_path: Path) -> None:
 
 
 def test_batch_worker_over_the_rss_limit_is_replaced_between_chunks(tmp_path: Path) -> None:
-    path = tmp_path / "in.txt"
-    path.write_text("\n".join(mixed_texts(40, seed=6)), encoding="utf-8")
-    ref = run(tmp_path, [path], name="ref.jsonl", window=20, chunk_size=8).read_bytes()
-    opts = batch_options(
-        tmp_path, [path], "r.jsonl", workers=1, max_rss_mb=1, window=20, chunk_size=8
-    )
-    summary = run_batch(opts, factory=FAKE)
+    texts = mixed_texts(40, seed=6)
+    summary = run_recycling(tmp_path, texts, workers=1, max_rss_mb=1, window=20, chunk_size=8)
     assert summary.recycled == 6  # after each of the 2 x 3 chunks: any process is over 1 MiB
-    assert (tmp_path / "r.jsonl").read_bytes() == ref
 
 
 def test_batch_unicode_line_breaks_inside_texts_stay_in_one_line(tmp_path: Path) -> None:
