@@ -391,6 +391,11 @@ class ManifestField:
     attrs: tuple[str, ...] | None = None  # the Manifest attributes it fills (None: its name)
 
     @property
+    def kind_doc(self) -> str:
+        """Its type as README says it (``an integer or null``)."""
+        return _kind_name(self.kind) + (" or null" if self.null == "kept" else "")
+
+    @property
     def presence(self) -> str:
         """How README says whether it is needed: ``required``, ``required for ...`` or its default."""
         if self.required:

@@ -22,7 +22,7 @@ import pytest
 
 from app.cli import main
 from app.settings import FIELDS, PREFIX, Settings
-from nlp.manifest import MANIFEST_FIELDS, _kind_name, parse_manifest
+from nlp.manifest import MANIFEST_FIELDS, parse_manifest
 from tests import PROJECT_ROOT
 
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
@@ -90,8 +90,7 @@ def _model_json_rows() -> list[str]:
     required (or its default), meaning."""
     rows = ["| field | type | meaning |", "|---|---|---|"]
     for field in MANIFEST_FIELDS:
-        kind = _kind_name(field.kind) + (" or null" if field.null == "kept" else "")
-        rows.append(f"| `{field.name}` | {kind}, {field.presence} | {field.doc} |")
+        rows.append(f"| `{field.name}` | {field.kind_doc}, {field.presence} | {field.doc} |")
     return rows
 
 
