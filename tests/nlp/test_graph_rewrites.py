@@ -152,6 +152,17 @@ def test_layer_norm_rewrite_needs_a_positive_epsilon():
     assert rewrites.rewrite_layer_norms(graph_def, _ranks(graph)) == 0
 
 
+def _exact_gelu_out(y, *, extra_consumer):
+    """``out``, the exact (erf) GELU of ``y``; with ``extra_consumer``, ``y`` is read once more
+    (the dense output feeds something besides the GELU)."""
+    import tensorflow as tf
+
+    gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
+    out = tf.identity(gelu, name="out")
+    if extra_consumer:
+        tf.identity(out + y, name="out")
+
+
 def _dense_gelu_graph(extra_consumer):
     import tensorflow as tf
 
@@ -163,10 +174,7 @@ def _dense_gelu_graph(extra_consumer):
         b = tf.constant(rng.normal(0, 0.5, 10).astype(np.float32))
         flat = tf.reshape(tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, 6]), w), b), [-1, 3, 10])
         y = tf.identity(flat, name="y")
-        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
-        out = tf.identity(gelu, name="out")
-        if extra_consumer:
-            out = tf.identity(out + y, name="out")
+        _exact_gelu_out(y, extra_consumer=extra_consumer)
     return graph
 
 
@@ -291,10 +299,7 @@ def _quantized_dense_gelu_graph(extra_consumer):
             input_quant_mode="MIN_FIRST",
         )
         y = tf.reshape(dense, [-1, 3, 24])
-        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
-        out = tf.identity(gelu, name="out")
-        if extra_consumer:
-            out = tf.identity(out + y, name="out")
+        _exact_gelu_out(y, extra_consumer=extra_consumer)
     return graph
 
 
