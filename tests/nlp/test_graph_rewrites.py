@@ -178,12 +178,21 @@ def _dense_gelu_graph(extra_consumer):
     return graph
 
 
-def test_gelu_rewrite_is_exact():
-    graph_def = _dense_gelu_graph(extra_consumer=False).as_graph_def()
-    x = np.random.default_rng(3).normal(0, 2, (2, 3, 6)).astype(np.float32)
+def _rewritten_once(build, rewrite, *, seed, scale, shape):
+    """``build``'s graph (no extra reader), a random input ``x`` of ``shape`` and the graph's output
+    for it, then ``rewrite`` applied (it fires once) and the graph pruned to ``out``."""
+    graph_def = build(extra_consumer=False).as_graph_def()
+    x = np.random.default_rng(seed).normal(0, scale, shape).astype(np.float32)
     expected = _run(graph_def, {"x": x}, "out")
-    assert rewrites.rewrite_erf_gelus(graph_def) == 1
+    assert rewrite(graph_def) == 1
     rewrites.prune(graph_def, ["out"])
+    return graph_def, x, expected
+
+
+def test_gelu_rewrite_is_exact():
+    graph_def, x, expected = _rewritten_once(
+        _dense_gelu_graph, rewrites.rewrite_erf_gelus, seed=3, scale=2, shape=(2, 3, 6)
+    )
     assert not [n for n in graph_def.node if n.op == "RealDiv"]
     np.testing.assert_allclose(_run(graph_def, {"x": x}, "out"), expected, rtol=1e-5, atol=1e-6)
 
@@ -305,11 +314,13 @@ def _quantized_dense_gelu_graph(extra_consumer):
 
 @pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
 def test_quantized_gelu_fusion_is_exact():
-    graph_def = _quantized_dense_gelu_graph(extra_consumer=False).as_graph_def()
-    x = np.random.default_rng(6).normal(0, 1.5, (4, 3, 16)).astype(np.float32)
-    expected = _run(graph_def, {"x": x}, "out")
-    assert rewrites.fuse_quantized_gelus(graph_def) == 1
-    rewrites.prune(graph_def, ["out"])
+    graph_def, x, expected = _rewritten_once(
+        _quantized_dense_gelu_graph,
+        rewrites.fuse_quantized_gelus,
+        seed=6,
+        scale=1.5,
+        shape=(4, 3, 16),
+    )
     ops = [n.op for n in graph_def.node]
     assert "_QuantizedMatMul" in ops and "Erf" not in ops
     assert rewrites.QUANTIZED_MATMUL not in ops
