@@ -28,7 +28,7 @@ import os
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psutil
 from flask import Blueprint, Flask, Response, current_app, g, has_request_context, request
@@ -36,6 +36,8 @@ from flask import Blueprint, Flask, Response, current_app, g, has_request_contex
 from app.settings import Settings
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
     from nlp.pipeline import BatchReport
 
 logger = logging.getLogger(__name__)
@@ -77,117 +79,78 @@ def mark_worker_dead(pid: int) -> None:
     multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
+M = TypeVar("M")
+
+
+class _Declared(Generic[M]):
+    """One metric of ``Metrics``, declared once as a class attribute; each ``Metrics`` makes its own
+    in its registry, and the attribute reads it there (``Metrics.__init__`` is the builder)."""
+
+    def __init__(self, kind: str, name: str, doc: str, labels: tuple[str, ...], **options: Any):
+        self.kind, self.name, self.doc, self.labels, self.options = kind, name, doc, labels, options
+        self.attr = ""
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, metrics: Metrics, owner: type | None = None) -> M:
+        made: M = metrics._made[self.attr]
+        return made
+
+    def make(self, registry: CollectorRegistry) -> Any:
+        import prometheus_client
+
+        kind = getattr(prometheus_client, self.kind)
+        return kind(self.name, self.doc, list(self.labels), registry=registry, **self.options)
+
+
+def _counter(name: str, doc: str, *labels: str) -> _Declared[Counter]:
+    return _Declared("Counter", name, doc, labels)
+
+
+def _histogram(
+    name: str, doc: str, *labels: str, buckets: tuple[float, ...]
+) -> _Declared[Histogram]:
+    return _Declared("Histogram", name, doc, labels, buckets=buckets)
+
+
+def _gauge(name: str, doc: str, *labels: str, mode: str) -> _Declared[Gauge]:
+    """A gauge per worker process: ``mode`` is how ``/metrics`` sums the live workers' values."""
+    return _Declared("Gauge", name, doc, labels, multiprocess_mode=mode)
+
+
 class Metrics:
     """The service's metrics, in their own registry (so each app in a test process has its own)."""
 
+    # fmt: off
+    requests = _counter("spo_http_requests", "HTTP requests answered, by endpoint (route pattern), method and status.", "endpoint", "method", "status")
+    latency = _histogram("spo_http_request_duration_seconds", "Time from the start of the app's handling to its answer, by endpoint.", "endpoint", buckets=LATENCY_BUCKETS)
+    refusals = _counter("spo_http_refusals", "Problem (application/problem+json) answers, by code and status: limits, deadlines, authentication, bad input, unready model.", "code", "status")
+    request_texts = _histogram("spo_request_texts", "Texts per extract request.", buckets=COUNT_BUCKETS)
+    request_tokens = _histogram("spo_request_tokens", "Tokens per extract request (all its texts; without [CLS]/[SEP]).", buckets=TOKEN_BUCKETS)
+    model_calls = _counter("spo_model_calls", "Model (Session.run) calls, by model and bucket shape (batch rows, length).", "model", "batch", "length")
+    model_call_seconds = _histogram("spo_model_call_seconds", "Time of one model call.", "model", buckets=MODEL_CALL_BUCKETS)
+    model_tokens = _counter("spo_model_tokens", "Real tokens fed to the model ([CLS]/[SEP] included).", "model")
+    model_padding = _counter("spo_model_padding_tokens", "Pad positions fed to the model; padding waste = rate(this) / rate(spo_model_tokens).", "model")
+    batch_texts = _histogram("spo_extract_batch_texts", "Texts per extract_batch call (with micro-batching on: per combined call).", "model", buckets=COUNT_BUCKETS)
+    microbatch_requests = _histogram("spo_microbatch_requests", "Requests per micro-batch (SPO_MICROBATCH_WAIT_MS > 0).", buckets=COUNT_BUCKETS)
+    recycles = _counter("spo_worker_recycles", "Workers retired to keep memory flat, by reason (max_requests, rss).", "reason")
+    rss = _gauge("spo_worker_rss_bytes", "Resident memory of each worker process.", mode="liveall")
+    load_seconds = _gauge("spo_model_load_seconds", "Seconds this worker took to load its model (phase=load) and warm every shape (warmup).", "model", "phase", mode="liveall")
+    graph_ops = _gauge("spo_model_graph_ops", "Ops in the worker's finalized session graph: constant after warm-up (nothing leaks nodes).", "model", mode="liveall")
+    model_info = _gauge("spo_model_info", "The served model: 1 with its name, version, task and precision as labels.", "model", "version", "task", "precision", mode="livemax")
+    # fmt: on
+
+    @classmethod
+    def declared(cls) -> list[_Declared[Any]]:
+        """Every metric, in declaration order."""
+        return [v for v in vars(cls).values() if isinstance(v, _Declared)]
+
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "spo_http_requests",
-            "HTTP requests answered, by endpoint (route pattern), method and status.",
-            ["endpoint", "method", "status"],
-            registry=r,
-        )
-        self.latency = Histogram(
-            "spo_http_request_duration_seconds",
-            "Time from the start of the app's handling to its answer, by endpoint.",
-            ["endpoint"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.refusals = Counter(
-            "spo_http_refusals",
-            "Problem (application/problem+json) answers, by code and status: limits, deadlines, "
-            "authentication, bad input, unready model.",
-            ["code", "status"],
-            registry=r,
-        )
-        self.request_texts = Histogram(
-            "spo_request_texts",
-            "Texts per extract request.",
-            buckets=COUNT_BUCKETS,
-            registry=r,
-        )
-        self.request_tokens = Histogram(
-            "spo_request_tokens",
-            "Tokens per extract request (all its texts; without [CLS]/[SEP]).",
-            buckets=TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.model_calls = Counter(
-            "spo_model_calls",
-            "Model (Session.run) calls, by model and bucket shape (batch rows, length).",
-            ["model", "batch", "length"],
-            registry=r,
-        )
-        self.model_call_seconds = Histogram(
-            "spo_model_call_seconds",
-            "Time of one model call.",
-            ["model"],
-            buckets=MODEL_CALL_BUCKETS,
-            registry=r,
-        )
-        self.model_tokens = Counter(
-            "spo_model_tokens",
-            "Real tokens fed to the model ([CLS]/[SEP] included).",
-            ["model"],
-            registry=r,
-        )
-        self.model_padding = Counter(
-            "spo_model_padding_tokens",
-            "Pad positions fed to the model; padding waste = rate(this) / rate(spo_model_tokens).",
-            ["model"],
-            registry=r,
-        )
-        self.batch_texts = Histogram(
-            "spo_extract_batch_texts",
-            "Texts per extract_batch call (with micro-batching on: per combined call).",
-            ["model"],
-            buckets=COUNT_BUCKETS,
-            registry=r,
-        )
-        self.microbatch_requests = Histogram(
-            "spo_microbatch_requests",
-            "Requests per micro-batch (SPO_MICROBATCH_WAIT_MS > 0).",
-            buckets=COUNT_BUCKETS,
-            registry=r,
-        )
-        self.recycles = Counter(
-            "spo_worker_recycles",
-            "Workers retired to keep memory flat, by reason (max_requests, rss).",
-            ["reason"],
-            registry=r,
-        )
-        self.rss = Gauge(
-            "spo_worker_rss_bytes",
-            "Resident memory of each worker process.",
-            registry=r,
-            multiprocess_mode="liveall",
-        )
-        self.load_seconds = Gauge(
-            "spo_model_load_seconds",
-            "Seconds this worker took to load its model (phase=load) and warm every shape (warmup).",
-            ["model", "phase"],
-            registry=r,
-            multiprocess_mode="liveall",
-        )
-        self.graph_ops = Gauge(
-            "spo_model_graph_ops",
-            "Ops in the worker's finalized session graph: constant after warm-up (nothing leaks nodes).",
-            ["model"],
-            registry=r,
-            multiprocess_mode="liveall",
-        )
-        self.model_info = Gauge(
-            "spo_model_info",
-            "The served model: 1 with its name, version, task and precision as labels.",
-            ["model", "version", "task", "precision"],
-            registry=r,
-            multiprocess_mode="livemax",
-        )
+        self._made = {d.attr: d.make(self.registry) for d in self.declared()}
         # Weak: a model that was reloaded away is not kept alive by its metrics.
         self._extractors: weakref.WeakSet[Any] = weakref.WeakSet()
         self._refreshed = 0.0

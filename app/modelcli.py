@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -20,16 +22,29 @@ from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.tasks import TASK_NAMES
 from training.config import DEFAULT_NAMES, TrainConfig
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _existing(*decls: str, directory: bool = False, **kwargs: Any) -> Callable[[F], F]:
+    """A click option naming an existing file (``directory``: an existing directory)."""
+    kind = click.Path(exists=True, file_okay=not directory, dir_okay=directory, path_type=Path)
+    return click.option(*decls, type=kind, **kwargs)
+
+
+def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
+    """A click option taking one of ``choices``, the first by default (shown in --help)."""
+    return click.option(
+        *decls, type=click.Choice(choices), default=choices[0], show_default=True, **kwargs
+    )
+
 
 @click.command("make-corpus")
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--n", "count", type=click.IntRange(min=1), default=20000, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
-@click.option(
+@_choice(
     "--split",
-    type=click.Choice(["train", "heldout"]),
-    default="train",
-    show_default=True,
+    choices=("train", "heldout"),
     help="Name pool: held-out names never occur in the training pool.",
 )
 def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
@@ -148,11 +163,10 @@ def train_command(
     default=None,
     help_lead="Run the model in this precision (default: the model's own, fp32 or int8)",
 )
-@click.option(
+@_existing(
     "--baseline",
     "baseline_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
+    directory=True,
     help="Also score this model (e.g. the fp32 parent of an int8 model) and count the texts whose "
     "triples are identical in both.",
 )
@@ -162,12 +176,10 @@ def train_command(
     default=None,
     help="Precision of --baseline (default: its own).",
 )
-@click.option(
+@_choice(
     "--format",
     "output_format",
-    type=click.Choice(["json", "text"]),
-    default="json",
-    show_default=True,
+    choices=("json", "text"),
     help="json: one line, the overall scores with by_predicate (or by_type) and by_pattern; "
     "text: the same as aligned tables.",
 )
@@ -220,87 +232,53 @@ def evaluate_command(
 
 
 @click.command("export")
-@click.option(
+@_existing(
     "--bert-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    "bert_config_path",
     required=True,
     help="bert4keras/BERT config JSON (bert_config.json).",
 )
 @click.option(
     "--weights",
+    "weights_path",
     type=click.Path(path_type=Path),
     required=True,
     help="What model.save_weights wrote: .h5/.weights.h5 file or TF checkpoint prefix.",
 )
-@click.option(
+@_existing(
     "--schema",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    "schema_path",
     required=True,
     help="DuIE all_50_schemas JSON lines, a JSON list of the same objects, or a JSON "
     "list of entity type names (NER).",
 )
-@click.option(
-    "--vocab",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEMO_VOCAB,
-    show_default=True,
-)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@_existing("--vocab", "vocab_path", default=DEMO_VOCAB, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--head-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--max-length", type=click.IntRange(min=3), default=256, show_default=True)
 @click.option("--name", default="custom", show_default=True)
 @click.option("--model-version", "version", default="1", show_default=True)
 @click.option("--threshold", type=float, default=0.0, show_default=True)
 @click.option("--cased", is_flag=True, help="The vocab is cased (no lower-casing).")
-@click.option("--mode", type=click.Choice(["graph", "tf2"]), default="graph", show_default=True)
+@_choice("--mode", choices=("graph", "tf2"))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def export_command(
-    bert_config: Path,
-    weights: Path,
-    schema: Path,
-    vocab: Path,
-    out: Path,
-    head_size: int,
-    max_length: int,
-    name: str,
-    version: str,
-    threshold: float,
-    cased: bool,
-    mode: str,
-    force: bool,
-) -> None:
+def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> None:
     """Turn a bert4keras GPLinker / GlobalPointer NER model into a model directory."""
     from training.export import export_user_model
 
-    if out.exists() and not force:
-        click.echo(f"error: {out} exists (use --force to replace it)", err=True)
+    if out_dir.exists() and not force:
+        click.echo(f"error: {out_dir} exists (use --force to replace it)", err=True)
         sys.exit(1)
-    result = export_user_model(
-        bert_config_path=bert_config,
-        weights_path=weights,
-        schema_path=schema,
-        out_dir=out,
-        vocab_path=vocab,
-        head_size=head_size,
-        max_length=max_length,
-        name=name,
-        version=version,
-        threshold=threshold,
-        do_lower_case=not cased,
-        mode=mode,
-        force=force,
-    )
+    result = export_user_model(out_dir=out_dir, do_lower_case=not cased, force=force, **params)
     click.echo(f"model written to {result}")
 
 
 @click.command("export-onnx")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
+@_choice(
     "--precision",
-    type=click.Choice(["fp32", "int8"]),
-    default="fp32",
-    show_default=True,
+    choices=("fp32", "int8"),
     help="int8: ONNX Runtime dynamic quantization (int8 weights) of the converted model.",
 )
 @click.option("--opset", type=click.IntRange(min=13), default=17, show_default=True)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import time
 
 from bench.runtimes import RUNTIMES
+
+logger = logging.getLogger("bench")
 
 STEPS = (
     "model",
@@ -37,146 +40,128 @@ NEEDS_RBT6 = frozenset(
 )
 
 
+# The options: flag, type, default, help (each step reads the ones it names).
+OPTIONS: tuple[tuple[str, type, object, str], ...] = (
+    ("--requests", int, 20_000, "requests per runtime (memory) and for the HTTP soak (default 20000)"),
+    ("--runtimes", str, ",".join(RUNTIMES), f"memory run: comma-separated subset of {','.join(RUNTIMES)}"),
+    ("--rss-every", int, 500, "RSS sample interval (requests)"),
+    ("--intra", int, 2, "intra-op threads (memory, batch)"),
+    ("--inter", int, 1, "inter-op threads (memory, batch)"),
+    ("--max-seconds", float, 3 * 3600, "time bound per memory runtime and for the HTTP soak"),
+    ("--batch-seconds", float, 5.0, "seconds per batch size"),
+    ("--batch-texts", int, 256, "texts for end-to-end batches"),
+    ("--thread-requests", int, 150, "requests per worker"),
+    ("--concurrency", int, 4, "HTTP soak connections"),
+    ("--seconds", int, 150, "microbatch: measured seconds per configuration (--requests also bounds it)"),
+    ("--microbatch-waits", str, "0,5", "microbatch: comma-separated SPO_MICROBATCH_WAIT_MS values (0 = off, the baseline)"),
+    ("--microbatch-workers", int, 2, "microbatch: gunicorn workers"),
+    ("--peer-texts", int, 600, "peer: workload texts per runtime"),
+    ("--worst-texts", int, None, "limits: run only this many texts of the worst-case request (the rest extrapolated)"),
+    ("--limits-repeats", int, 3, "limits: timed runs per per-token size"),
+)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("step", nargs="?", default="all", choices=("all", *STEPS))
-    parser.add_argument(
-        "--requests",
-        type=int,
-        default=20_000,
-        help="requests per runtime (memory) and for the HTTP soak (default 20000)",
-    )
-    parser.add_argument(
-        "--runtimes",
-        default=",".join(RUNTIMES),
-        help=f"memory run: comma-separated subset of {','.join(RUNTIMES)}",
-    )
-    parser.add_argument("--rss-every", type=int, default=500, help="RSS sample interval (requests)")
-    parser.add_argument("--intra", type=int, default=2, help="intra-op threads (memory, batch)")
-    parser.add_argument("--inter", type=int, default=1, help="inter-op threads (memory, batch)")
-    parser.add_argument(
-        "--max-seconds",
-        type=float,
-        default=3 * 3600,
-        help="time bound per memory runtime and for the HTTP soak",
-    )
-    parser.add_argument("--batch-seconds", type=float, default=5.0, help="seconds per batch size")
-    parser.add_argument("--batch-texts", type=int, default=256, help="texts for end-to-end batches")
-    parser.add_argument("--thread-requests", type=int, default=150, help="requests per worker")
-    parser.add_argument("--concurrency", type=int, default=4, help="HTTP soak connections")
-    parser.add_argument(
-        "--seconds",
-        type=int,
-        default=150,
-        help="microbatch: measured seconds per configuration (--requests also bounds it)",
-    )
-    parser.add_argument(
-        "--microbatch-waits",
-        default="0,5",
-        help="microbatch: comma-separated SPO_MICROBATCH_WAIT_MS values (0 = off, the baseline)",
-    )
-    parser.add_argument(
-        "--microbatch-workers", type=int, default=2, help="microbatch: gunicorn workers"
-    )
-    parser.add_argument(
-        "--peer-texts", type=int, default=600, help="peer: workload texts per runtime"
-    )
-    parser.add_argument(
-        "--worst-texts",
-        type=int,
-        default=None,
-        help="limits: run only this many texts of the worst-case request (the rest extrapolated)",
-    )
-    parser.add_argument(
-        "--limits-repeats", type=int, default=3, help="limits: timed runs per per-token size"
-    )
+    for flag, kind, default, text in OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached RBT6 model")
     args = parser.parse_args(argv)  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     steps = STEPS if args.step == "all" else (args.step,)
-    log = logging.getLogger("bench")
     for step in steps:
         started = time.perf_counter()
-        log.info("step %s", step)
-        if step in NEEDS_RBT6:
-            from bench.rbt6 import build_model
+        logger.info("step %s", step)
+        try:
+            _run_step(step, args, parser)
+        except subprocess.CalledProcessError as exc:
+            # A worker process failed: its own output (traceback included) is above; say which.
+            parser.exit(1, f"python -m bench {step}: {' '.join(map(str, exc.cmd[2:4]))} failed "
+                           f"(exit status {exc.returncode}); its output is above\n")  # fmt: skip
+        logger.info("step %s done in %.0fs", step, time.perf_counter() - started)
 
-            build_model()  # a fresh checkout has none cached yet; a no-op once it has
-        if step == "model":
-            from bench.rbt6 import build_int8, build_model
 
-            log.info("model dirs: %s", build_model(force=args.rebuild))
-            log.info("int8 model: %s", build_int8(force=args.rebuild))
-        elif step == "padding":
+def _run_step(step: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """One step, with the options it reads."""
+    if step in NEEDS_RBT6:
+        from bench.rbt6 import build_model
+
+        build_model()  # a fresh checkout has none cached yet; a no-op once it has
+    if step == "model":
+        from bench.rbt6 import build_int8, build_model
+
+        logger.info("model dirs: %s", build_model(force=args.rebuild))
+        logger.info("int8 model: %s", build_int8(force=args.rebuild))
+    elif step == "padding":
+        from bench import padding
+
+        padding.run()
+    elif step == "memory":
+        from bench import memory
+
+        runtimes = tuple(r for r in args.runtimes.split(",") if r)
+        unknown = set(runtimes) - set(RUNTIMES)
+        if unknown:
+            parser.error(f"unknown runtimes: {', '.join(sorted(unknown))}")
+        memory.run(args.requests, runtimes=runtimes, intra=args.intra, inter=args.inter,
+                   rss_every=args.rss_every, max_seconds=args.max_seconds)  # fmt: skip
+        if args.step == "memory":
             from bench import padding
 
-            padding.run()
-        elif step == "memory":
-            from bench import memory
+            padding.run()  # its warm-up estimate scales the measured spo warm-up
+    elif step == "batch":
+        from bench import batch
 
-            runtimes = tuple(r for r in args.runtimes.split(",") if r)
-            unknown = set(runtimes) - set(RUNTIMES)
-            if unknown:
-                parser.error(f"unknown runtimes: {', '.join(sorted(unknown))}")
-            memory.run(args.requests, runtimes=runtimes, intra=args.intra, inter=args.inter,
-                       rss_every=args.rss_every, max_seconds=args.max_seconds)  # fmt: skip
-            if args.step == "memory":
-                from bench import padding
+        batch.run(intra=args.intra, inter=args.inter, seconds=args.batch_seconds,
+                  texts=args.batch_texts)  # fmt: skip
+    elif step == "precision":
+        from bench import precision
 
-                padding.run()  # its warm-up estimate scales the measured spo warm-up
-        elif step == "batch":
-            from bench import batch
+        precision.run(intra=args.intra, inter=args.inter)
+    elif step == "int8":
+        from bench import int8
 
-            batch.run(intra=args.intra, inter=args.inter, seconds=args.batch_seconds,
-                      texts=args.batch_texts)  # fmt: skip
-        elif step == "precision":
-            from bench import precision
+        int8.run(intra=args.intra, inter=args.inter, requests=min(args.requests, 1000))
+    elif step == "percall":
+        from bench import percall
 
-            precision.run(intra=args.intra, inter=args.inter)
-        elif step == "int8":
-            from bench import int8
+        percall.run(intra=args.intra, inter=args.inter)
+    elif step == "profile":
+        from bench import op_profile
 
-            int8.run(intra=args.intra, inter=args.inter, requests=min(args.requests, 1000))
-        elif step == "percall":
-            from bench import percall
+        op_profile.run(intra=args.intra, inter=args.inter)
+    elif step == "peer":
+        from bench import peer
 
-            percall.run(intra=args.intra, inter=args.inter)
-        elif step == "profile":
-            from bench import op_profile
+        peer.run(intra=args.intra, inter=args.inter, texts=args.peer_texts)
+    elif step == "threads":
+        from bench import threads
 
-            op_profile.run(intra=args.intra, inter=args.inter)
-        elif step == "peer":
-            from bench import peer
+        threads.run(args.thread_requests)
+    elif step == "http":
+        from bench import http_load
 
-            peer.run(intra=args.intra, inter=args.inter, texts=args.peer_texts)
-        elif step == "threads":
-            from bench import threads
+        http_load.run(args.requests, concurrency=args.concurrency,
+                 max_seconds=int(args.max_seconds))  # fmt: skip
+    elif step == "microbatch":
+        from bench import microbatch
 
-            threads.run(args.thread_requests)
-        elif step == "http":
-            from bench import http_load
+        try:
+            waits = tuple(int(w) for w in args.microbatch_waits.split(",") if w.strip())
+        except ValueError:
+            parser.error(f"--microbatch-waits: integers, got {args.microbatch_waits!r}")
+        microbatch.run(args.seconds, args.requests, waits_ms=waits,
+                       workers=args.microbatch_workers)  # fmt: skip
+    elif step == "limits":
+        from bench import limits
 
-            http_load.run(args.requests, concurrency=args.concurrency,
-                     max_seconds=int(args.max_seconds))  # fmt: skip
-        elif step == "microbatch":
-            from bench import microbatch
+        limits.run(repeats=args.limits_repeats, worst_texts=args.worst_texts)
+    elif step == "report":
+        from bench import report
 
-            try:
-                waits = tuple(int(w) for w in args.microbatch_waits.split(",") if w.strip())
-            except ValueError:
-                parser.error(f"--microbatch-waits: integers, got {args.microbatch_waits!r}")
-            microbatch.run(args.seconds, args.requests, waits_ms=waits,
-                           workers=args.microbatch_workers)  # fmt: skip
-        elif step == "limits":
-            from bench import limits
-
-            limits.run(repeats=args.limits_repeats, worst_texts=args.worst_texts)
-        elif step == "report":
-            from bench import report
-
-            report.run()
-        log.info("step %s done in %.0fs", step, time.perf_counter() - started)
+        report.run()
 
 
 if __name__ == "__main__":

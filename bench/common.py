@@ -6,6 +6,8 @@ import json
 import os
 import platform
 import re
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -99,3 +101,13 @@ def slope_second_half(requests: Sequence[int], rss: Sequence[float]) -> float | 
     if x.size < 2 or np.ptp(x) == 0:
         return None
     return float(np.polyfit(x, y, 1)[0])
+
+
+def stop(process: subprocess.Popen[Any], wait_s: float = 60) -> None:
+    """SIGTERM (a server's graceful shutdown), then SIGKILL if it is not gone within ``wait_s``."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

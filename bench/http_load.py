@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import CACHE_DIR, MIB, PROJECT_ROOT, write_result
+from bench.common import CACHE_DIR, MIB, PROJECT_ROOT, stop, write_result
 from bench.rbt6 import model_dirs
 from bench.workload import request_texts
 
@@ -163,11 +163,7 @@ def spo_server(
         ready_s = _wait_ready(server, log_path, workers, timeout=timeout)
         yield psutil.Process(server.pid), port, ready_s
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
 
 
 def run_wrk(

@@ -14,7 +14,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from bench.common import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("demo=models/demo", "ner=models/ner", "demo=models/demo,ner=models/ner")
@@ -119,12 +120,7 @@ def measure(table: str, requests: int, boot_timeout: float = 600) -> dict[str, A
             t.join()
         concurrent = _worker_rss_mib(master)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     return {
         "models": table,
         "ready_s": round(ready_s, 1),

@@ -20,6 +20,7 @@ it (or without the converter) the step says so and stops.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import cpu_info, write_result
@@ -148,28 +149,25 @@ def table(doc: dict[str, Any]) -> list[str]:
     head = "| batch x length | " + " | ".join(runtimes) + " |"
     lines = [head, "|---" * (len(runtimes) + 1) + "|"]
     for s in SHAPES:
-        base = _ms(doc, "spo-fp32", s)
-        cells = []
-        for r in runtimes:
-            ms = _ms(doc, r, s)
-            if ms is None:
-                cells.append("-")
-            elif base and r != "spo-fp32":
-                cells.append(f"{ms:.1f} ({base / ms:.2f}x)")
-            else:
-                cells.append(f"{ms:.1f}")
-        lines.append(f"| {s[0]} x {s[1]} | " + " | ".join(cells) + " |")
+        row = {r: _ms(doc, r, s) for r in runtimes}
+        lines.append(f"| {s[0]} x {s[1]} | " + _cells(row, lambda ms, base: base / ms) + " |")
     workload = doc.get("workload", {})
     if workload:
-        base = workload.get("spo-fp32", {}).get("texts_per_s")
-        cells = []
-        for r in runtimes:
-            tps = workload.get(r, {}).get("texts_per_s")
-            if tps is None:
-                cells.append("-")
-            elif base and r != "spo-fp32":
-                cells.append(f"{tps:.1f} ({tps / base:.2f}x)")
-            else:
-                cells.append(f"{tps:.1f}")
-        lines.append("| workload, texts/s (single-text requests) | " + " | ".join(cells) + " |")
+        row = {r: workload.get(r, {}).get("texts_per_s") for r in runtimes}
+        cells = _cells(row, lambda tps, base: tps / base)
+        lines.append("| workload, texts/s (single-text requests) | " + cells + " |")
     return lines
+
+
+def _cells(row: dict[str, float | None], speedup: Callable[[float, float], float]) -> str:
+    """One table row's cells: each runtime's value, with its ``speedup`` over spo-fp32's."""
+    base = row.get("spo-fp32")
+    cells = []
+    for runtime, value in row.items():
+        if value is None:
+            cells.append("-")
+        elif base and runtime != "spo-fp32":
+            cells.append(f"{value:.1f} ({speedup(value, base):.2f}x)")
+        else:
+            cells.append(f"{value:.1f}")
+    return " | ".join(cells)

@@ -1,7 +1,8 @@
 """What the two engines share, written once: ``nlp.runtime.SessionRuntime`` (TensorFlow) and
 ``nlp.onnx_runtime.OnnxRuntime`` (ONNX Runtime).
 
-- ``WarmedShapes``: every bucket shape run once at load, ``run`` refusing any other shape;
+- ``WarmedShapes``: every bucket shape run once at load, ``run`` refusing any other shape, and
+  ``for_model`` (a runtime from a manifest and the load options);
 - ``load_arguments``: what a model directory and the load options say about how to load it;
 - ``resolve_tensors``: which model tensors are the token ids, the segment ids and the task's outputs
   (named in ``model.json``, else taken from the model's own signature), checked for count and rank;
@@ -18,7 +19,7 @@ import contextlib
 import ctypes
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +42,29 @@ class WarmedShapes:
     shapes: frozenset[tuple[int, int]]
     shapes_fed: set[tuple[int, int]]
     runs: int
+
+    def __init__(self, model: str | Path, **arguments: Any) -> None:
+        raise NotImplementedError  # each engine's own: the model file or directory, and ``arguments``
+
+    @classmethod
+    def model_path(cls, manifest: Manifest) -> Path:
+        """What this engine loads of ``manifest``'s directory (the directory, or a file in it)."""
+        raise NotImplementedError
+
+    @classmethod
+    def for_model(
+        cls,
+        manifest: Manifest,
+        options: LoadOptions,
+        *,
+        shapes: Iterable[tuple[int, int]],
+        vocab_size: int,
+    ) -> Self:
+        """The runtime of ``manifest``'s model, with the threads and precision of ``options``,
+        warmed on ``shapes``."""
+        return cls(
+            cls.model_path(manifest), **load_arguments(manifest, options, shapes, vocab_size)
+        )
 
     def _run(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]

@@ -44,7 +44,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +71,18 @@ VOCAB_NAME = "vocab.txt"
 ENGINES = ("tf", "onnx")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineSpec:
     """The ``engine`` section of a converted model directory (``file`` is absolute)."""
 
     name: str
+    precision: str
+    quantization: dict[str, Any] | None = None  # how an int8 one was made
     file: Path
     sha256: str
     opset: int
-    precision: str
-    quantization: dict[str, Any] | None
-    tools: dict[str, str]
-    source: dict[str, Any]
+    tools: dict[str, str] = field(default_factory=dict)  # converter versions
+    source: dict[str, Any] = field(default_factory=dict)  # the SavedModel it came from
 
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "precision": self.precision, "opset": self.opset}
@@ -228,19 +228,24 @@ def _fail(field: str, problem: str) -> ManifestError:
 def _req(
     doc: dict[str, Any], key: str, kind: type | tuple[type, ...], field: str | None = None
 ) -> Any:
-    name = field or key
     if key not in doc:
-        raise _fail(name, "missing")
-    value = doc[key]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise _fail(name, f"expected {_kind_name(kind)}, got a boolean")
+        raise _fail(field or key, "missing")
+    return _of_type(doc[key], kind, field or key)
+
+
+def _of_type(value: Any, kind: type | tuple[type, ...], field: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise _fail(field, f"expected {_kind_name(kind)}, got a boolean")
     if not isinstance(value, kind):
-        raise _fail(name, f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        raise _fail(field, f"expected {_kind_name(kind)}, got {type(value).__name__}")
     return value
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    if kinds == (int, float):
+        return "a number"
     names = {
         str: "a string",
         int: "an integer",
@@ -258,16 +263,9 @@ def _nonempty_str(value: Any, field: str) -> str:
     return value
 
 
-def _buckets(
-    doc: dict[str, Any], key: str, default: tuple[int, ...], cap: int | None
-) -> tuple[int, ...]:
-    raw = doc.get(key)
-    if raw is None:
-        values = [b for b in default if cap is None or b < cap]
-        if cap is not None:
-            values.append(cap)
-        return tuple(values)
-    if not isinstance(raw, list) or not raw:
+def _buckets(raw: list[Any], key: str, cap: int | None) -> tuple[int, ...]:
+    """``length_buckets`` (``cap``: ``max_length``) or ``batch_buckets`` (no cap)."""
+    if not raw:
         raise _fail(key, "expected a non-empty list of positive integers")
     for b in raw:
         if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
@@ -356,141 +354,233 @@ def _entity_types(raw: list[Any]) -> tuple[str, ...]:
     return tuple(entity_types)
 
 
-# A parser per kind of label, by the ``model.json`` field that lists it (``Task.labels_field``).
-_LABEL_PARSERS: dict[str, Callable[[list[Any]], tuple[Any, ...]]] = {
-    "predicates": _predicates,
-    "entity_types": _entity_types,
-}
+# -- the fields of model.json ----------------------------------------------------------------------
+@dataclass
+class _Reading:
+    """What a field's check may use: the model directory, whether to check the files it names, and
+    the values of the fields declared before it (by field name)."""
+
+    directory: Path
+    check_files: bool
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ManifestField:
+    """One top-level ``model.json`` field, declared once: README's model.json table is checked
+    against these (tests/test_docs.py), and ``parse_manifest`` is a loop over them.
+
+    A field whose ``when`` does not hold (on the values read before it) is not read and keeps its
+    default. Otherwise an absent field (or a null one, with ``null="absent"``) is refused as missing
+    if ``required``, else takes ``default`` (or ``default_of(values)``); a present one is checked to be
+    of ``kind`` (``null="kept"``: null is a value, None) and then by ``check``, which returns what the
+    ``Manifest`` keeps in ``attrs`` (a tuple of values when several; none for ``()``).
+    """
+
+    name: str
+    kind: type | tuple[type, ...]
+    doc: str
+    check: Callable[[Any, _Reading], Any] | None = None
+    required: bool = False
+    default: Any = None
+    default_of: Callable[[dict[str, Any]], Any] | None = None
+    default_doc: str = ""
+    when: Callable[[dict[str, Any]], bool] | None = None
+    when_doc: str = ""
+    null: str = ""  # "absent": null reads as no field; "kept": null is the value None
+    attrs: tuple[str, ...] | None = None  # the Manifest attributes it fills (None: its name)
+
+    @property
+    def kind_doc(self) -> str:
+        """Its type as README says it (``an integer or null``)."""
+        return _kind_name(self.kind) + (" or null" if self.null == "kept" else "")
+
+    @property
+    def presence(self) -> str:
+        """How README says whether it is needed: ``required``, ``required for ...`` or its default."""
+        if self.required:
+            return f"required {self.when_doc}".strip()
+        if self.default_doc:
+            return f"default {self.default_doc}"
+        return f"default `{json.dumps(self.default, ensure_ascii=False)}`"
+
+
+def _format_version(raw: Any, reading: _Reading) -> int:
+    if raw != FORMAT_VERSION:
+        raise _fail(
+            "format_version", f"unsupported version {raw!r} (this build reads {FORMAT_VERSION})"
+        )
+    return FORMAT_VERSION
+
+
+def _task(raw: str, reading: _Reading) -> Task:
+    if raw not in TASK_NAMES:
+        raise _fail("task", f"expected one of {', '.join(TASK_NAMES)}, got {raw!r}")
+    return task_named(raw)
+
+
+def _vocab(raw: dict[str, Any], reading: _Reading) -> tuple[Path, str]:
+    directory = reading.directory
+    vocab_rel = _nonempty_str(raw.get("path"), "vocab.path")
+    vocab_sha = _nonempty_str(raw.get("sha256"), "vocab.sha256").lower()
+    vocab_path = resolve_vocab(directory, vocab_rel, vocab_sha)
+    if not reading.check_files:
+        return vocab_path, vocab_sha
+    if not vocab_path.is_file():
+        raise _fail(
+            "vocab.path",
+            f"file not found: {vocab_rel} (relative to {directory}; a model directory holds "
+            f"its vocab, as {VOCAB_NAME} beside {MANIFEST_NAME})",
+        )
+    actual = sha256_file(vocab_path)
+    if actual != vocab_sha:
+        raise _fail(
+            "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
+        )
+    if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
+        logger.warning(
+            "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
+            "as it is); make it self-contained with `spo copy-vocab %s`",
+            directory,
+            vocab_rel,
+            vocab_path,
+            directory,
+        )
+    return vocab_path, vocab_sha
+
+
+def _max_length(raw: int, reading: _Reading) -> int:
+    if raw < 3:
+        raise _fail("max_length", "must be at least 3 ([CLS], one token, [SEP])")
+    return raw
+
+
+def _inputs(raw: dict[str, Any], reading: _Reading) -> tuple[str, str]:
+    return (
+        _nonempty_str(raw.get("token_ids"), "inputs.token_ids"),
+        _nonempty_str(raw.get("segment_ids"), "inputs.segment_ids"),
+    )
+
+
+def _outputs(raw: list[Any], reading: _Reading) -> tuple[str, ...]:
+    task: Task = reading.values["task"]
+    if len(raw) != task.n_outputs:
+        raise _fail(
+            "outputs", f"task {task} needs {task.n_outputs} output tensor names, got {len(raw)}"
+        )
+    return tuple(_nonempty_str(o, f"outputs[{i}]") for i, o in enumerate(raw))
+
+
+def _threshold(raw: float, reading: _Reading) -> float:
+    if not math.isfinite(raw):
+        raise _fail("threshold", "expected a finite number")
+    return float(raw)
+
+
+def _length_buckets(raw: list[Any], reading: _Reading) -> tuple[int, ...]:
+    return _buckets(raw, "length_buckets", reading.values["max_length"])
+
+
+def _batch_buckets(raw: list[Any], reading: _Reading) -> tuple[int, ...]:
+    return _buckets(raw, "batch_buckets", None)
+
+
+def _single_row_length_step(raw: int | None, reading: _Reading) -> int | None:
+    max_length = reading.values["max_length"]
+    if raw is not None and not 1 <= raw <= max_length:
+        raise _fail(
+            "single_row_length_step",
+            f"expected an integer from 1 to max_length ({max_length}), or null, got {raw!r}",
+        )
+    return raw
+
+
+def _precision(raw: str, reading: _Reading) -> str:
+    if raw not in MODEL_PRECISIONS:
+        raise _fail("precision", f"expected one of {', '.join(MODEL_PRECISIONS)}, got {raw!r}")
+    return raw
+
+
+def _labels_field(
+    name: str, parse: Callable[[list[Any]], tuple[Any, ...]], doc: str
+) -> ManifestField:
+    """``predicates`` or ``entity_types``: required by the tasks that list their labels in it."""
+    tasks = [task.value for task in Task if task.labels_field == name]
+    return ManifestField(
+        name,
+        list,
+        doc,
+        lambda raw, reading: parse(raw),
+        required=True,
+        default=(),
+        when=lambda values: values["task"].labels_field == name,
+        when_doc="for task " + " or ".join(f"`{t}`" for t in tasks),
+    )
+
+
+def _default_length_buckets(values: dict[str, Any]) -> tuple[int, ...]:
+    cap: int = values["max_length"]
+    return (*(b for b in DEFAULT_LENGTH_BUCKETS if b < cap), cap)
+
+
+# In the order they are read: a check may use the fields above it (``outputs`` the task, the
+# buckets ``max_length``, ``quantization`` the precision).
+MANIFEST_FIELDS: tuple[ManifestField, ...] = (
+    ManifestField("format_version", int, "the format of this file; `1` is the only one", _format_version, default=FORMAT_VERSION, attrs=()),
+    ManifestField("name", str, "the model's name, as `GET /v1/model` and every answer report it", lambda raw, reading: _nonempty_str(raw, "name"), required=True),
+    ManifestField("version", (str, int), "the model's version, reported beside its name (an integer is read as its string)", lambda raw, reading: str(raw), default="1"),
+    ManifestField("task", str, "`triples` (GPLinker: entity, head-head and tail-tail GlobalPointers) or `entities` (typed GlobalPointer NER)", _task, required=True),
+    _labels_field("predicates", _predicates, '`[{"predicate", "subject_type", "object_type"}]`, unique, in the order of the head/tail outputs'),
+    _labels_field("entity_types", _entity_types, "the type names, unique, in output order"),
+    ManifestField("vocab", dict, '`{"path", "sha256"}`; the path is relative to the model directory (`"vocab.txt"`, as every `spo` command writes it) or absolute', _vocab, required=True, attrs=("vocab_path", "vocab_sha256")),
+    ManifestField("do_lower_case", bool, "as the model was trained", default=True),
+    ManifestField("max_length", int, "the model's max tokens, `[CLS]` and `[SEP]` included (at least 3)", _max_length, required=True),
+    ManifestField("inputs", dict, '`{"token_ids", "segment_ids"}` tensor names; when absent, from the `serving_default` signature', _inputs, null="absent", attrs=("input_names",)),
+    ManifestField("outputs", list, "tensor names in role order (triples: entity, head, tail; entities: one); when absent, from the `serving_default` signature", _outputs, null="absent", attrs=("output_names",)),
+    ManifestField("threshold", (int, float), "score threshold", _threshold, default=0.0, default_doc="`0`"),
+    ManifestField("length_buckets", list, "the fixed input lengths, strictly increasing, the first at least 3, the last `max_length` (chosen by measurement, see BENCHMARKS.md)", _length_buckets, default_of=_default_length_buckets, default_doc=f"`{list(DEFAULT_LENGTH_BUCKETS)}` capped by `max_length`, then `max_length`", null="absent"),
+    ManifestField("batch_buckets", list, "the fixed batch sizes (rows), strictly increasing", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
+    ManifestField("single_row_length_step", int, "one-row batches (a single short text) pad only to the next multiple of this many tokens (1 to `max_length`), each such shape warmed too; `null`: use `length_buckets`", _single_row_length_step, default=DEFAULT_SINGLE_ROW_LENGTH_STEP, null="kept"),
+    ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
+    ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize`, served only with `SPO_PRECISION=int8`", _precision, default="fp32"),
+    ManifestField("quantization", dict, "how an int8 model was made: the tool and version, the scheme, the calibration set (source, texts, sha256) and the parent model", required=True, when=lambda values: values["precision"] == "int8", when_doc="for precision `int8`"),
+)  # fmt: skip
 
 
 def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Manifest:
-    """Validate a decoded ``model.json``; every error names the field."""
+    """Validate a decoded ``model.json`` field by field (``MANIFEST_FIELDS``); every error names
+    the field."""
     if not isinstance(doc, dict):
         raise _fail("<root>", "expected a JSON object")
-    version = doc.get("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise _fail(
-            "format_version", f"unsupported version {version!r} (this build reads {FORMAT_VERSION})"
-        )
-    name = _nonempty_str(_req(doc, "name", str), "name")
-    model_version = doc.get("version", "1")
-    if not isinstance(model_version, str | int) or isinstance(model_version, bool):
-        raise _fail("version", "expected a string")
-    task_name = _req(doc, "task", str)
-    if task_name not in TASK_NAMES:
-        raise _fail("task", f"expected one of {', '.join(TASK_NAMES)}, got {task_name!r}")
-    task = task_named(task_name)
-    labels_by_field: dict[str, Any] = {field: () for field in _LABEL_PARSERS}
-    labels_by_field[task.labels_field] = _LABEL_PARSERS[task.labels_field](
-        _req(doc, task.labels_field, list)
-    )
-
-    vocab = _req(doc, "vocab", dict)
-    vocab_rel = _nonempty_str(vocab.get("path"), "vocab.path")
-    vocab_sha = _nonempty_str(vocab.get("sha256"), "vocab.sha256").lower()
-    vocab_path = resolve_vocab(directory, vocab_rel, vocab_sha)
-    if check_files:
-        if not vocab_path.is_file():
-            raise _fail(
-                "vocab.path",
-                f"file not found: {vocab_rel} (relative to {directory}; a model directory holds "
-                f"its vocab, as {VOCAB_NAME} beside {MANIFEST_NAME})",
-            )
-        actual = sha256_file(vocab_path)
-        if actual != vocab_sha:
-            raise _fail(
-                "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
-            )
-        if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
-            logger.warning(
-                "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
-                "as it is); make it self-contained with `spo copy-vocab %s`",
-                directory,
-                vocab_rel,
-                vocab_path,
-                directory,
-            )
-
-    do_lower_case = doc.get("do_lower_case", True)
-    if not isinstance(do_lower_case, bool):
-        raise _fail("do_lower_case", "expected a boolean")
-    max_length = _req(doc, "max_length", int)
-    if max_length < 3:
-        raise _fail("max_length", "must be at least 3 ([CLS], one token, [SEP])")
-
-    input_names: tuple[str, str] | None = None
-    if doc.get("inputs") is not None:
-        inputs = _req(doc, "inputs", dict)
-        input_names = (
-            _nonempty_str(inputs.get("token_ids"), "inputs.token_ids"),
-            _nonempty_str(inputs.get("segment_ids"), "inputs.segment_ids"),
-        )
-    output_names: tuple[str, ...] | None = None
-    if doc.get("outputs") is not None:
-        outputs = _req(doc, "outputs", list)
-        if len(outputs) != task.n_outputs:
-            raise _fail(
-                "outputs",
-                f"task {task} needs {task.n_outputs} output tensor names, got {len(outputs)}",
-            )
-        output_names = tuple(_nonempty_str(o, f"outputs[{i}]") for i, o in enumerate(outputs))
-
-    threshold = doc.get("threshold", 0.0)
-    if (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
-        or not math.isfinite(threshold)
-    ):
-        raise _fail("threshold", "expected a finite number")
-
-    length_buckets = _buckets(doc, "length_buckets", DEFAULT_LENGTH_BUCKETS, max_length)
-    batch_buckets = _buckets(doc, "batch_buckets", DEFAULT_BATCH_BUCKETS, None)
-    step = doc.get("single_row_length_step", DEFAULT_SINGLE_ROW_LENGTH_STEP)
-    if step is not None and (
-        isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= max_length
-    ):
-        raise _fail(
-            "single_row_length_step",
-            f"expected an integer from 1 to max_length ({max_length}), or null, got {step!r}",
-        )
-    engine = _engine(doc, directory, check_files=check_files)
-    precision = doc.get("precision", "fp32")
-    if precision not in MODEL_PRECISIONS:
-        raise _fail(
-            "precision", f"expected one of {', '.join(MODEL_PRECISIONS)}, got {precision!r}"
-        )
-    quantization = doc.get("quantization")
-    if precision == "int8" and not isinstance(quantization, dict):
-        raise _fail("quantization", "an int8 model must record how it was quantized (an object)")
-    return Manifest(
-        directory=directory.resolve(),
-        name=name,
-        version=str(model_version),
-        task=task,
-        predicates=labels_by_field["predicates"],
-        entity_types=labels_by_field["entity_types"],
-        vocab_path=vocab_path,
-        vocab_sha256=vocab_sha,
-        do_lower_case=do_lower_case,
-        max_length=max_length,
-        input_names=input_names,
-        output_names=output_names,
-        threshold=float(threshold),
-        length_buckets=length_buckets,
-        batch_buckets=batch_buckets,
-        single_row_length_step=step,
-        precision=precision,
-        quantization=quantization if precision == "int8" else None,
-        engine_spec=engine,
-    )
+    reading = _Reading(directory, check_files, {})
+    kept: dict[str, Any] = {}
+    for declared in MANIFEST_FIELDS:
+        value = _read_field(declared, doc, reading)
+        reading.values[declared.name] = value
+        attrs = (declared.name,) if declared.attrs is None else declared.attrs
+        if attrs:
+            kept.update(zip(attrs, value if len(attrs) > 1 else (value,), strict=True))
+    return Manifest(directory=directory.resolve(), **kept)
 
 
-def _engine(doc: dict[str, Any], directory: Path, *, check_files: bool) -> EngineSpec | None:
-    raw = doc.get("engine")
-    if raw is None:
+def _read_field(field: ManifestField, doc: dict[str, Any], reading: _Reading) -> Any:
+    """One field's value (see ``ManifestField``)."""
+    default = field.default_of(reading.values) if field.default_of else field.default
+    if field.when is not None and not field.when(reading.values):
+        return default
+    if field.name not in doc or (field.null == "absent" and doc[field.name] is None):
+        if field.required:
+            raise _fail(field.name, "missing")
+        return default
+    raw = doc[field.name]
+    if raw is None and field.null == "kept":
         return None
-    if not isinstance(raw, dict):
-        raise _fail("engine", "expected an object (or no field: the TensorFlow SavedModel)")
+    raw = _of_type(raw, field.kind, field.name)
+    return raw if field.check is None else field.check(raw, reading)
+
+
+def _engine(raw: dict[str, Any], directory: Path, *, check_files: bool) -> EngineSpec | None:
+    """The ``engine`` section (``None``: the TensorFlow SavedModel)."""
     name = raw.get("name")
     if name not in ENGINES:
         raise _fail("engine.name", f"expected one of {', '.join(ENGINES)}, got {name!r}")

@@ -24,7 +24,6 @@ import numpy as np
 import numpy.typing as npt
 
 from nlp import engine
-from nlp.config import LoadOptions
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
@@ -113,22 +112,11 @@ class OnnxRuntime(WarmedShapes):
         )
 
     @classmethod
-    def for_model(
-        cls,
-        manifest: Manifest,
-        options: LoadOptions,
-        *,
-        shapes: Iterable[tuple[int, int]],
-        vocab_size: int,
-    ) -> OnnxRuntime:
-        """The runtime of an onnx model directory (``manifest.engine_spec``), with the threads and
-        precision of ``options``, warmed on ``shapes``."""
+    def model_path(cls, manifest: Manifest) -> Path:
+        """The onnx file of an onnx model directory (``manifest.engine_spec``)."""
         if manifest.engine_spec is None:
             raise ModelLoadError(f"{manifest.directory} is not an onnx model directory")
-        return cls(
-            manifest.engine_spec.file,
-            **engine.load_arguments(manifest, options, shapes, vocab_size),
-        )
+        return manifest.engine_spec.file
 
     def _resolve(
         self,

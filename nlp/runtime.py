@@ -30,7 +30,7 @@ with quiet_tensorflow():
     import tensorflow as tf
 
 from nlp import engine
-from nlp.config import DEFAULT_PRECISION, PRECISIONS, LoadOptions
+from nlp.config import DEFAULT_PRECISION, PRECISIONS
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
@@ -150,19 +150,9 @@ class SessionRuntime(WarmedShapes):
         )
 
     @classmethod
-    def for_model(
-        cls,
-        manifest: Manifest,
-        options: LoadOptions,
-        *,
-        shapes: Iterable[tuple[int, int]],
-        vocab_size: int,
-    ) -> SessionRuntime:
-        """The runtime of ``manifest``'s directory, with the threads and precision of ``options``,
-        warmed on ``shapes``."""
-        return cls(
-            manifest.directory, **engine.load_arguments(manifest, options, shapes, vocab_size)
-        )
+    def model_path(cls, manifest: Manifest) -> Path:
+        """The SavedModel directory: the model directory itself."""
+        return manifest.directory
 
     # -- loading -------------------------------------------------------------------------------
     def _tensor(self, name: str, field: str) -> Any:

@@ -1,10 +1,12 @@
 """Docs that mirror code cannot drift from it (issue 20): README's model.json table against the fields
-the manifest parser reads, docs/rest.md's settings table against ``app.settings``, and every flag of
-every ``spo`` command against the docs about that command.
+the manifest declares (``nlp.manifest.MANIFEST_FIELDS``), docs/rest.md's settings table against
+``app.settings``, and every flag of every ``spo`` command against the docs about that command.
 
-The other mirrors have their own tests: error codes per route in OpenAPI (``tests/app/test_openapi.py``),
-the catalogue in docs/rest.md and docs/batch.md (``tests/app/test_problems.py``), the routes nginx
-allows (``tests/app/test_nginx.py::test_nginx_allow_list_agrees_with_the_app``).
+The metrics table in docs/rest.md is checked against ``app.metrics.Metrics`` (at the end). The other
+mirrors have their own tests: error codes per route in OpenAPI (``tests/app/test_openapi.py``,
+``tests/app/test_openapi_routes.py``), the catalogue in docs/rest.md and docs/batch.md
+(``tests/app/test_problems.py``), the routes nginx allows (``tests/app/test_nginx.py``,
+``tests/app/test_nginx_routes.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from app.cli import main
 from app.options import SETTINGS, settings_table
 from app.settings import Settings
-from nlp.manifest import parse_manifest
+from nlp.manifest import MANIFEST_FIELDS, parse_manifest
 from tests import PROJECT_ROOT
 
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
@@ -70,8 +72,8 @@ class _Recording(dict[str, Any]):
 
 
 def _parser_fields() -> tuple[set[str], set[str]]:
-    """The fields ``parse_manifest`` reads from a triples and an entities model.json (together: all
-    of them), and the fields those files hold."""
+    """The fields ``parse_manifest`` reads from a triples and an entities model.json, and the
+    fields those files hold."""
     read: set[str] = set()
     held: set[str] = set()
     for model in ("demo", "ner"):
@@ -83,28 +85,47 @@ def _parser_fields() -> tuple[set[str], set[str]]:
     return read, held
 
 
-def test_docs_readme_model_json_table_lists_the_fields_the_parser_reads() -> None:
-    rows = _table(_read(PROJECT_ROOT / "README.md"), "| field | meaning |")
-    documented = {name for row in rows for name in _code_names(row[0])}
-    read, held = _parser_fields()
-    assert len(read) >= 15
-    assert documented == read, (
-        f"README's model.json table lacks {sorted(read - documented)}, "
-        f"lists fields the parser never reads {sorted(documented - read)}"
+def _model_json_rows() -> list[str]:
+    """README's model.json table as ``MANIFEST_FIELDS`` makes it: field, type and whether it is
+    required (or its default), meaning."""
+    rows = ["| field | type | meaning |", "|---|---|---|"]
+    for field in MANIFEST_FIELDS:
+        rows.append(f"| `{field.name}` | {field.kind_doc}, {field.presence} | {field.doc} |")
+    return rows
+
+
+def test_docs_readme_model_json_table_is_the_declaration() -> None:
+    """Issue 20: the table omitted the required ``name``, so a model.json written from it was
+    refused. It is now ``MANIFEST_FIELDS`` written out; on a change, paste the table shown."""
+    lines = _read(PROJECT_ROOT / "README.md").splitlines()
+    start = lines.index("| field | type | meaning |")
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    expected = _model_json_rows()
+    assert lines[start:end] == expected, "README's model.json table should be:\n" + "\n".join(
+        expected
     )
-    assert held <= read, f"the demo models write fields nothing reads: {sorted(held - read)}"
+
+
+def test_docs_model_json_declaration_is_what_the_parser_reads() -> None:
+    declared = {field.name for field in MANIFEST_FIELDS}
+    assert len(declared) == len(MANIFEST_FIELDS) >= 15
+    read, held = _parser_fields()
+    assert read <= declared, f"the parser reads undeclared fields {sorted(read - declared)}"
+    assert held <= declared, f"the demo models write undeclared fields: {sorted(held - declared)}"
+    # Between them the two models read every field but the int8-only quantization.
+    assert declared - read == {"quantization"}
 
 
 def test_docs_manifest_docstring_example_names_every_field() -> None:
-    """``nlp/manifest.py``'s docstring shows a whole model.json: every field the parser reads."""
+    """``nlp/manifest.py``'s docstring shows a whole model.json: every declared field."""
     import nlp.manifest
 
     example = re.search(r"::\n\n\s+\{(.*?)\n\s+\}\n", nlp.manifest.__doc__ or "", re.DOTALL)
     assert example is not None
     top_level = set(re.findall(r'^\s{6}"(\w+)":|,\s+"(\w+)":', example.group(1), re.M))
     named = {a or b for a, b in top_level}
-    read, _ = _parser_fields()
-    assert read <= named, f"the example lacks {sorted(read - named)}"
+    declared = {field.name for field in MANIFEST_FIELDS}
+    assert declared <= named, f"the example lacks {sorted(declared - named)}"
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -166,3 +187,20 @@ def test_docs_name_every_flag_of_every_command(name: str, command: click.Command
         if not any(re.search(rf"(?<![\w-])({pattern})(?![\w-])", s) for s in about):
             missing.append(flags[0])
     assert not missing, f"spo {name}: {missing} in no doc section about it"
+
+
+# -- metrics --------------------------------------------------------------------------------------
+def test_docs_rest_metrics_table_matches_the_declarations() -> None:
+    """docs/rest.md's table of ``/metrics`` is ``app.metrics.Metrics``' declarations: each metric's
+    exposed name (counters with ``_total``), type and labels (per-worker gauges with ``pid``)."""
+    from app.metrics import Metrics
+
+    declared = {}
+    for metric in Metrics.declared():
+        kind = metric.kind.lower()
+        per_worker = kind == "gauge" and metric.options["multiprocess_mode"] == "liveall"
+        name = metric.name + ("_total" if kind == "counter" else "")
+        declared[name] = (kind, ("pid",) * per_worker + metric.labels)
+    rows = _table(_read(PROJECT_ROOT / "docs" / "rest.md"), "| name | type | labels |")
+    documented = {_code_names(r[0])[0]: (r[1], tuple(_code_names(r[2]))) for r in rows}
+    assert documented == declared

@@ -10,10 +10,11 @@ Two SavedModel flavours, both loadable by ``nlp.runtime``:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +74,7 @@ def export_model_dir(
     if mode not in EXPORT_MODES:
         raise ValueError(f"mode must be one of {EXPORT_MODES}, got {mode!r}")
     out = Path(out_dir)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists (use force to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        saved = staging / "model"
+    with staged_model_dir(out, force=force) as saved:
         document = dict(manifest)
         if mode == "graph":
             document.update(_save_graph(build, weights, saved))
@@ -92,12 +88,25 @@ def export_model_dir(
             shutil.copyfile(vocab, saved / VOCAB_NAME)
             document["vocab"] = {**document["vocab"], "path": VOCAB_NAME}
         write_manifest(saved, document)
+    return out
+
+
+@contextlib.contextmanager
+def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
+    """Where to write the model directory ``out``: a path (not made yet) in a temporary sibling,
+    renamed to ``out`` (replacing it) when the block ends without error and removed either way, so
+    a failed export never leaves a half-written model directory."""
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists (use --force to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staging / "model"
         if out.exists():
             shutil.rmtree(out)
-        saved.rename(out)
+        (staging / "model").rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return out
 
 
 # -- spo export: users' own bert4keras GPLinker / GlobalPointer NER models ------------------------

@@ -29,7 +29,6 @@ import contextlib
 import json
 import logging
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -240,15 +239,16 @@ def export_onnx(
     _require_tools()
     import onnx
 
+    from training.export import staged_model_dir
+
     source, out = Path(model_dir), Path(out_dir)
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists (use --force to replace it)")
     graph_def, inputs, outputs = frozen_graph(source)
     model = convert_graph(graph_def, inputs, outputs, opset)
     document = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_model_dir(out, force=force) as staging:
+        staging.mkdir()
         onnx_path = staging / ONNX_FILE
         quantization = None
         if precision == "int8":
@@ -281,10 +281,5 @@ def export_onnx(
             },
         }
         write_manifest(staging, document)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.info("wrote %s (%s, opset %d)", out, precision, opset)
     return out

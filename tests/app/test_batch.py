@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from app.batch import BatchOptions, run_batch
+from app.batch import BatchOptions, BatchSummary, run_batch
 from app.batch.output import OutputError
 from app.batch.workers import WorkerError
 from app.cli import main
@@ -33,17 +33,23 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
     return ["".join(rng.choices(pieces, k=rng.randint(0, 40))) for _ in range(n)]
 
 
-def run(tmp_path: Path, inputs: list[Path], name: str = "out.jsonl", **options: Any) -> Path:
-    out = tmp_path / name
-    factory = options.pop("factory", FAKE)
-    opts = BatchOptions(
+def batch_options(
+    tmp_path: Path, inputs: list[Path], name: str = "out.jsonl", **options: Any
+) -> BatchOptions:
+    """Options of a run over ``inputs`` into ``tmp_path / name`` (no worker processes unless
+    ``options`` say so)."""
+    return BatchOptions(
         inputs=tuple(str(p) for p in inputs),
-        output=str(out),
+        output=str(tmp_path / name),
         model_dir=tmp_path,
         **{"workers": 0, **options},
     )
-    run_batch(opts, factory=factory)
-    return out
+
+
+def run(tmp_path: Path, inputs: list[Path], name: str = "out.jsonl", **options: Any) -> Path:
+    factory = options.pop("factory", FAKE)
+    run_batch(batch_options(tmp_path, inputs, name, **options), factory=factory)
+    return tmp_path / name
 
 
 def check_offsets(texts: dict[Any, str], records: list[dict[str, Any]]) -> None:
@@ -123,22 +129,22 @@ def test_batch_workers_0_1_2_give_identical_output(tmp_path: Path) -> None:
     assert outs[0] == outs[1] == outs[2]
 
 
-def test_batch_recycled_workers_lose_and_reorder_nothing(tmp_path: Path) -> None:
+def run_recycling(tmp_path: Path, texts: list[str], **options: Any) -> BatchSummary:
+    """A run over ``texts`` with ``options`` (worker processes that get replaced), checked to
+    write exactly what one in-process run with the same window and chunks writes."""
     path = tmp_path / "in.txt"
-    path.write_text("\n".join(mixed_texts(200, seed=2)), encoding="utf-8")
-    ref = run(tmp_path, [path], name="ref.jsonl", window=30, chunk_size=8).read_bytes()
-    opts = BatchOptions(
-        inputs=(str(path),),
-        output=str(tmp_path / "r.jsonl"),
-        model_dir=tmp_path,
-        workers=2,
-        recycle_after=40,
-        window=30,
-        chunk_size=8,
-    )
-    summary = run_batch(opts, factory=FAKE)
-    assert summary.recycled >= 3
+    path.write_text("\n".join(texts), encoding="utf-8")
+    shape = {"window": options["window"], "chunk_size": options["chunk_size"]}
+    ref = run(tmp_path, [path], name="ref.jsonl", **shape).read_bytes()
+    summary = run_batch(batch_options(tmp_path, [path], "r.jsonl", **options), factory=FAKE)
     assert (tmp_path / "r.jsonl").read_bytes() == ref
+    return summary
+
+
+def test_batch_recycled_workers_lose_and_reorder_nothing(tmp_path: Path) -> None:
+    texts = mixed_texts(200, seed=2)
+    summary = run_recycling(tmp_path, texts, workers=2, recycle_after=40, window=30, chunk_size=8)
+    assert summary.recycled >= 3
 
 
 def test_batch_worker_death_retries_its_chunk_once(tmp_path: Path) -> None:
@@ -148,14 +154,7 @@ def test_batch_worker_death_retries_its_chunk_once(tmp_path: Path) -> None:
     path.write_text("\n".join(texts), encoding="utf-8")
     ref = run(tmp_path, [path], name="ref.jsonl", window=20, chunk_size=8).read_bytes()
     factory = FakeFactory(die_once=str(tmp_path / "died"))
-    opts = BatchOptions(
-        inputs=(str(path),),
-        output=str(tmp_path / "o.jsonl"),
-        model_dir=tmp_path,
-        workers=1,
-        window=20,
-        chunk_size=8,
-    )
+    opts = batch_options(tmp_path, [path], "o.jsonl", workers=1, window=20, chunk_size=8)
     summary = run_batch(opts, factory=factory)
     assert summary.restarted == 1
     assert (tmp_path / "o.jsonl").read_bytes() == ref
@@ -272,10 +271,7 @@ def test_batch_progress_bar_counts_records(
 ) -> None:
     path = tmp_path / "in.txt"
     path.write_text("北京\n" * 50)
-    opts = BatchOptions(
-        inputs=(str(path),), output=str(tmp_path / "o.jsonl"), model_dir=tmp_path, workers=0
-    )
-    run_batch(opts, factory=FAKE, progress=True)
+    run_batch(batch_options(tmp_path, [path], "o.jsonl"), factory=FAKE, progress=True)
     err = capsys.readouterr().err
     assert "50/50" in err and "rec/s" in err
 
@@ -294,16 +290,9 @@ def test_batch_init_app_registers_the_flask_command(tmp_path: Path) -> None:
 
 
 def test_batch_worker_over_the_rss_limit_is_replaced_between_chunks(tmp_path: Path) -> None:
-    path = tmp_path / "in.txt"
-    path.write_text("\n".join(mixed_texts(40, seed=6)), encoding="utf-8")
-    ref = run(tmp_path, [path], name="ref.jsonl", window=20, chunk_size=8).read_bytes()
-    opts = BatchOptions(
-        inputs=(str(path),), output=str(tmp_path / "r.jsonl"), model_dir=tmp_path,
-        workers=1, max_rss_mb=1, window=20, chunk_size=8,
-    )  # fmt: skip
-    summary = run_batch(opts, factory=FAKE)
+    texts = mixed_texts(40, seed=6)
+    summary = run_recycling(tmp_path, texts, workers=1, max_rss_mb=1, window=20, chunk_size=8)
     assert summary.recycled == 6  # after each of the 2 x 3 chunks: any process is over 1 MiB
-    assert (tmp_path / "r.jsonl").read_bytes() == ref
 
 
 def test_batch_unicode_line_breaks_inside_texts_stay_in_one_line(tmp_path: Path) -> None:

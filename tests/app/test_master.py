@@ -289,22 +289,17 @@ def test_master_report_without_a_master_is_a_no_op() -> None:
 
 def test_master_spo_reload_errors(tmp_path: Path) -> None:
     spo = Path(sys.executable).with_name("spo")
-    missing = subprocess.run(
-        [str(spo), "reload", "--pid-file", str(tmp_path / "nope.pid")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+
+    def reload(pid_file: Path) -> subprocess.CompletedProcess[str]:
+        command = [str(spo), "reload", "--pid-file", str(pid_file)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+    missing = reload(tmp_path / "nope.pid")
     assert missing.returncode == 1 and "is `spo serve` running?" in missing.stderr
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / "stale.pid").write_text(f"{dead.pid}\n")
-    stale = subprocess.run(
-        [str(spo), "reload", "--pid-file", str(tmp_path / "stale.pid")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    stale = reload(tmp_path / "stale.pid")
     assert stale.returncode == 1 and "stale pid file" in stale.stderr
 
 

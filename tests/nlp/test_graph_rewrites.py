@@ -7,25 +7,13 @@ import pytest
 from nlp import _graph_rewrites as rewrites
 from nlp import engine
 from nlp import runtime as runtime_module
-from nlp.manifest import load_manifest
-from nlp.runtime import SessionRuntime
+from tests.nlp import session_runtime
 
 SHAPES = [(1, 16), (2, 16), (4, 32), (1, 64)]
 
 
 def _runtime(model_dir, *, rewrite=True, **kwargs):
-    m = load_manifest(model_dir)
-    options = dict(
-        shapes=SHAPES,
-        input_names=m.input_names,
-        output_names=m.output_names,
-        n_outputs=m.n_outputs,
-        vocab_size=100,
-        intra_op_threads=1,
-        inter_op_threads=1,
-    )
-    options.update(kwargs)
-    return SessionRuntime(model_dir, freeze=True, graph_rewrites=rewrite, **options)
+    return session_runtime(model_dir, SHAPES, freeze=True, graph_rewrites=rewrite, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +152,17 @@ def test_layer_norm_rewrite_needs_a_positive_epsilon():
     assert rewrites.rewrite_layer_norms(graph_def, _ranks(graph)) == 0
 
 
+def _exact_gelu_out(y, *, extra_consumer):
+    """``out``, the exact (erf) GELU of ``y``; with ``extra_consumer``, ``y`` is read once more
+    (the dense output feeds something besides the GELU)."""
+    import tensorflow as tf
+
+    gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
+    out = tf.identity(gelu, name="out")
+    if extra_consumer:
+        tf.identity(out + y, name="out")
+
+
 def _dense_gelu_graph(extra_consumer):
     import tensorflow as tf
 
@@ -175,19 +174,25 @@ def _dense_gelu_graph(extra_consumer):
         b = tf.constant(rng.normal(0, 0.5, 10).astype(np.float32))
         flat = tf.reshape(tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, 6]), w), b), [-1, 3, 10])
         y = tf.identity(flat, name="y")
-        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
-        out = tf.identity(gelu, name="out")
-        if extra_consumer:
-            out = tf.identity(out + y, name="out")
+        _exact_gelu_out(y, extra_consumer=extra_consumer)
     return graph
 
 
-def test_gelu_rewrite_is_exact():
-    graph_def = _dense_gelu_graph(extra_consumer=False).as_graph_def()
-    x = np.random.default_rng(3).normal(0, 2, (2, 3, 6)).astype(np.float32)
+def _rewritten_once(build, rewrite, *, seed, scale, shape):
+    """``build``'s graph (no extra reader), a random input ``x`` of ``shape`` and the graph's output
+    for it, then ``rewrite`` applied (it fires once) and the graph pruned to ``out``."""
+    graph_def = build(extra_consumer=False).as_graph_def()
+    x = np.random.default_rng(seed).normal(0, scale, shape).astype(np.float32)
     expected = _run(graph_def, {"x": x}, "out")
-    assert rewrites.rewrite_erf_gelus(graph_def) == 1
+    assert rewrite(graph_def) == 1
     rewrites.prune(graph_def, ["out"])
+    return graph_def, x, expected
+
+
+def test_gelu_rewrite_is_exact():
+    graph_def, x, expected = _rewritten_once(
+        _dense_gelu_graph, rewrites.rewrite_erf_gelus, seed=3, scale=2, shape=(2, 3, 6)
+    )
     assert not [n for n in graph_def.node if n.op == "RealDiv"]
     np.testing.assert_allclose(_run(graph_def, {"x": x}, "out"), expected, rtol=1e-5, atol=1e-6)
 
@@ -303,20 +308,19 @@ def _quantized_dense_gelu_graph(extra_consumer):
             input_quant_mode="MIN_FIRST",
         )
         y = tf.reshape(dense, [-1, 3, 24])
-        gelu = 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0)))
-        out = tf.identity(gelu, name="out")
-        if extra_consumer:
-            out = tf.identity(out + y, name="out")
+        _exact_gelu_out(y, extra_consumer=extra_consumer)
     return graph
 
 
 @pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
 def test_quantized_gelu_fusion_is_exact():
-    graph_def = _quantized_dense_gelu_graph(extra_consumer=False).as_graph_def()
-    x = np.random.default_rng(6).normal(0, 1.5, (4, 3, 16)).astype(np.float32)
-    expected = _run(graph_def, {"x": x}, "out")
-    assert rewrites.fuse_quantized_gelus(graph_def) == 1
-    rewrites.prune(graph_def, ["out"])
+    graph_def, x, expected = _rewritten_once(
+        _quantized_dense_gelu_graph,
+        rewrites.fuse_quantized_gelus,
+        seed=6,
+        scale=1.5,
+        shape=(4, 3, 16),
+    )
     ops = [n.op for n in graph_def.node]
     assert "_QuantizedMatMul" in ops and "Erf" not in ops
     assert rewrites.QUANTIZED_MATMUL not in ops

@@ -137,13 +137,21 @@ def _old_layout(model_copy, vocab_rel="vocab/vocab.txt"):
     return vocab
 
 
-def test_manifest_old_layout_finds_the_vocab_in_a_folder_above(tmp_path, triples_model_dir, caplog):
+@pytest.fixture
+def old_project(tmp_path, triples_model_dir):
+    """A project folder as the old tools left it: ``models/tiny/model.json`` names its vocab
+    ``vocab/vocab.txt``, relative to the project root, where it is."""
     project = tmp_path / "project"
     model_dir = project / "models" / "tiny"
     shutil.copytree(triples_model_dir, model_dir)
     vocab = _old_layout(model_dir)
     (project / "vocab").mkdir()
     shutil.copyfile(vocab, project / "vocab" / "vocab.txt")
+    return project
+
+
+def test_manifest_old_layout_finds_the_vocab_in_a_folder_above(old_project, caplog):
+    project, model_dir = old_project, old_project / "models" / "tiny"
     with caplog.at_level("WARNING", logger="nlp.manifest"):
         m = load_manifest(model_dir)
     assert m.vocab_path == (project / "vocab" / "vocab.txt").resolve()
@@ -173,17 +181,12 @@ def test_manifest_old_layout_without_its_vocab_names_the_field(model_copy):
     assert "vocab.txt beside model.json" in info.value.message
 
 
-def test_manifest_copy_vocab_in_makes_an_old_directory_self_contained(tmp_path, triples_model_dir):
+def test_manifest_copy_vocab_in_makes_an_old_directory_self_contained(old_project):
     from click.testing import CliRunner
 
     from app.cli import main
 
-    project = tmp_path / "project"
-    model_dir = project / "models" / "tiny"
-    shutil.copytree(triples_model_dir, model_dir)
-    vocab = _old_layout(model_dir)
-    (project / "vocab").mkdir()
-    shutil.copyfile(vocab, project / "vocab" / "vocab.txt")
+    project, model_dir = old_project, old_project / "models" / "tiny"
     result = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
     assert result.exit_code == 0, result.output
     assert "copied" in result.output

@@ -8,24 +8,13 @@ from bench.op_profile import op_time_by_type
 from nlp import engine, tf_graph
 from nlp.errors import InvalidInput, ModelLoadError, UnsupportedPrecision
 from nlp.manifest import load_manifest
-from nlp.runtime import SessionRuntime
+from tests.nlp import session_runtime
 
 SHAPES = [(1, 16), (2, 16)]
 
 
 def _runtime(model_dir, **kwargs):
-    m = load_manifest(model_dir)
-    options = dict(
-        shapes=SHAPES,
-        input_names=m.input_names,
-        output_names=m.output_names,
-        n_outputs=m.n_outputs,
-        vocab_size=100,
-        intra_op_threads=1,
-        inter_op_threads=1,
-    )
-    options.update(kwargs)
-    return SessionRuntime(model_dir, **options)
+    return session_runtime(model_dir, SHAPES, **kwargs)
 
 
 @pytest.fixture(scope="module")
