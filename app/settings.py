@@ -21,6 +21,7 @@ directory's base name. ``Settings.model_table`` is the resolved list either way.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -41,7 +42,6 @@ from app.sizing import (
 )
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
-    DEFAULT_PRECISION,
     DEMO_MODEL_DIR,
     MODEL_SETTINGS_HINT,
     PRECISIONS,
@@ -96,7 +96,7 @@ class Settings:
     models: tuple[tuple[str, Path], ...] = ()
     load_mode: str = "boot"
     load_retry_max_s: int = 30
-    precision: str = DEFAULT_PRECISION
+    precision: str | None = None  # None: each model's own (its model.json: fp32, or int8)
     max_texts: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_body_bytes: int = 1 << 20
@@ -149,7 +149,10 @@ class Settings:
         object.__setattr__(self, "_file_problem", problem)
         object.__setattr__(self, "_auto_workers", self.workers == 0)
         if self.workers == 0:
-            object.__setattr__(self, "workers", self.sizing().workers)
+            # Probed once per Settings: ``sizing()`` without a machine returns this one again.
+            sizing = self.sizing()
+            object.__setattr__(self, "_sizing", sizing)
+            object.__setattr__(self, "workers", sizing.workers)
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         problems = self.problems(require_model=require_model)
         if problems:
@@ -163,7 +166,11 @@ class Settings:
     def sizing(self, machine: Machine | None = None) -> Sizing:
         """Workers and threads for this machine or container and why (``app.sizing.plan``): a function
         of these settings, the machine and every served model (all of ``model_table``, each worker
-        loads them all), each model in the precision it will run in."""
+        loads them all), each model in the precision it will run in. Without ``machine``, the sizing
+        made when these settings resolved ``workers=auto`` is reused (no second probe)."""
+        cached: Sizing | None = self.__dict__.get("_sizing")
+        if machine is None and cached is not None:
+            return cached
         explicit = not self.workers_auto
         served = [(n, d) for n, d in self.model_table if (d / "model.json").is_file()]
         rss = estimate_worker_rss_mib([d for _, d in served], self.precision) if served else None
@@ -253,7 +260,52 @@ class Settings:
         return self.jemalloc and JEMALLOC_PATH.is_file()
 
     def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (validated again; ``require_model=False`` may be passed). Workers
+        sized automatically stay so unless ``workers`` is changed."""
+        new = dataclasses.replace(self, **changes)
+        if self.workers_auto and "workers" not in changes:
+            object.__setattr__(new, "_auto_workers", True)
+        return new
+
+    # -- handing the resolved value down (``spo serve`` -> gunicorn master -> workers) ------------
+    def to_json(self) -> str:
+        """These settings as one JSON document, resolved (``workers`` a number, paths absolute):
+        ``spo serve`` hands it to the gunicorn master it execs (``app.master.handed_settings``).
+
+        >>> s = Settings(workers=2, require_model=False)
+        >>> Settings.from_json(s.to_json(), require_model=False) == s
+        True
+        """
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif f.name == "models":
+                value = [[name, str(directory)] for name, directory in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            values[f.name] = value
+        return json.dumps({"settings": values, "workers_auto": self.workers_auto})
+
+    @classmethod
+    def from_json(cls, text: str, *, require_model: bool = True) -> Settings:
+        """The settings ``to_json`` wrote: validated again, no environment read, no sizing probe
+        (``workers`` comes resolved). ``SettingsError`` for a document that is not one."""
+        try:
+            doc = json.loads(text)
+            values = dict(doc["settings"])
+            auto = bool(doc.get("workers_auto", False))
+            for name in _PATH_FIELDS:
+                if values.get(name) is not None:
+                    values[name] = Path(values[name])
+            settings = cls(**values, require_model=require_model)
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, SettingsError):
+                raise
+            raise SettingsError([f"handed-down settings are not readable: {exc}"]) from None
+        object.__setattr__(settings, "_auto_workers", auto)
+        return settings
 
     def problems(self, *, require_model: bool = True) -> list[str]:
         """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well)."""
@@ -293,7 +345,8 @@ class Settings:
                 bad("model_dir", problem)
         one_of("load_mode", LOAD_MODES)
         in_range("load_retry_max_s", 1, 3600)
-        one_of("precision", tuple(PRECISIONS))
+        if self.precision is not None:
+            one_of("precision", tuple(PRECISIONS))
         in_range("max_texts", 1, 10_000)
         in_range("max_text_chars", 1, 1_000_000)
         in_range("max_body_bytes", 1024, 1 << 30)
@@ -400,6 +453,9 @@ class Settings:
         if problems:
             raise SettingsError(problems)
         return settings
+
+
+_PATH_FIELDS = ("model_dir", "auth_tokens_file", "tls_cert", "tls_key", "pid_file")
 
 
 def _model_dir_problem(directory: Path) -> str | None:

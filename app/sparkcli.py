@@ -86,7 +86,10 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spar
     show_default=True,
     help="Longer texts get a text_too_long error row.",
 )
-@precision_option()
+@precision_option(
+    default=None,
+    help_lead="Run the model in this precision (default: the model's own, fp32 or int8)",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT.")
 @click.option(
     "--conf",
@@ -110,7 +113,7 @@ def spark_extract(
     text_field: str,
     id_field: str,
     max_text_chars: int,
-    precision: str,
+    precision: str | None,
     force: bool,
     confs: tuple[str, ...],
     quiet: bool,

@@ -143,7 +143,10 @@ def _model_directory(ref: str | None) -> Path:
     help="Most model time one record may take; a record over it becomes a deadline_exceeded "
     "error record (0: no limit).",
 )
-@precision_option()
+@precision_option(
+    default=None,
+    help_lead="Run the model in this precision (default: the model's own, fp32 or int8)",
+)
 @click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
@@ -169,7 +172,7 @@ def extract(
     window: int,
     max_text_chars: int,
     record_timeout: float,
-    precision: str,
+    precision: str | None,
     metrics_file: Path | None,
 ) -> None:
     """Extract entities and triples from INPUT files (- for stdin) into JSON lines.
