@@ -114,6 +114,7 @@ COMPUTED_DEFAULTS = {
     "workers": "auto",
     "intra_op_threads": "usable CPUs ÷ workers",
     "pid_file": "/tmp/spo-service-<address>.pid",
+    "precision": "the model's own",
 }
 
 
