@@ -111,11 +111,8 @@ def test_precision_spo_extract_conflicting_flag_is_an_error_record(
     source = tmp_path / "in.txt"
     source.write_text("张三出生于北京\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(
-        main,
-        ["extract", "--model", str(int8_dir), "--precision", "fp32", "--workers", "1"]
-        + [str(source), "-o", str(out)],
-    )
+    args = ["--model", str(int8_dir), "--precision", "fp32", "--workers", "1", "-o", str(out)]
+    result = CliRunner().invoke(main, ["extract", *args, str(source)])
     assert NOT_FP32 in result.output + (out.read_text() if out.exists() else "")
 
 
