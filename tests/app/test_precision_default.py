@@ -123,3 +123,20 @@ def test_precision_spark_extract_defaults_to_the_models_own(int8_dir: Path) -> N
     assert spark.SparkExtractOptions(inputs=("x",), output="y").precision is None
     with pytest.raises(spark.SparkExtractError, match="precision must be one of"):
         spark._job(int8_dir, 100, "fp64", "text")
+
+
+@pytest.mark.slow
+def test_precision_spark_extract_cli_int8_model_without_a_flag(
+    int8_dir: Path, tmp_path: Path, int8_runs: None
+) -> None:
+    pytest.importorskip("app.spark", reason="the spark extra is not installed")
+    if shutil.which("java") is None:
+        pytest.skip("no Java runtime")
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "text": "张三出生于北京"}\n', encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["spark-extract", str(source), str(out), "--model", str(int8_dir)]
+    result = CliRunner().invoke(main, [*args, "--master", "local[1]"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for p in sorted(out.glob("part-*")) for x in p.read_text().splitlines()]
+    assert len(lines) == 1 and "error" not in lines[0], lines
