@@ -62,6 +62,22 @@ def test_precision_default_is_the_models_own_in_the_library(
         assert extractor.runtime.precision == "fp32"
 
 
+def test_precision_engines_given_no_precision_take_the_models_own(
+    int8_dir: Path, triples_model_dir: Path
+) -> None:
+    """``SessionRuntime.for_model`` / ``OnnxRuntime.for_model`` (bench calls them directly)."""
+    from nlp.engine import load_arguments
+    from nlp.manifest import load_manifest
+
+    def precision(directory: Path, asked: str | None) -> str:
+        options = LoadOptions(directory, precision=asked)
+        return str(load_arguments(load_manifest(directory), options, [], 0)["precision"])
+
+    assert precision(int8_dir, None) == "int8"
+    assert precision(triples_model_dir, None) == "fp32"
+    assert precision(triples_model_dir, "bf16") == "bf16"
+
+
 def test_precision_explicit_conflict_is_still_refused(int8_dir: Path) -> None:
     from nlp.pipeline import Extractor
 
