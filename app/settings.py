@@ -142,8 +142,9 @@ class Settings:
         for name in ("auth_tokens_file", "tls_cert", "tls_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        # The file's tokens are read here, once per Settings: each worker reads the file when it
-        # starts, so a reload (SIGHUP: new workers) serves what the file says then.
+        # The file's tokens are read here, once per Settings (never serialized: ``from_json`` reads
+        # the file again): the master makes one at start and one per reload (SIGHUP), so a reload's
+        # new workers serve what the file says then.
         tokens, problem = read_tokens_file(self.auth_tokens_file)
         object.__setattr__(self, "_file_tokens", tokens)
         object.__setattr__(self, "_file_problem", problem)
