@@ -1,8 +1,8 @@
 """spo-service web application: ``create_app`` builds the Flask app; nothing happens at import time.
 
-gunicorn runs ``app:create_app()`` in each worker after the fork (``preload_app = False``), so each worker
-loads its own TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model
-loads.
+gunicorn runs ``create_app(settings)`` in each worker after the fork (``preload_app = False``;
+``app.master.worker_app``, with the settings ``spo serve`` resolved), so each worker loads its own
+TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model loads.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def create_app(
     ``MicroBatcher`` (``app.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.
     """
     if settings is None:
-        # In a gunicorn worker: a model directory gone since the start is a load failure to survive.
+        # `flask --app app`, tests: a model directory that is gone is a load failure to survive.
         settings = Settings.from_env(require_model=False)
     # SPO_PAGES=off: no demo page, so none of its assets either (app.web).
     app = Flask(__name__, static_folder=None if settings.pages == "off" else "static")

@@ -1,7 +1,8 @@
 """Who may call what: the API's bearer tokens, checked for every request in one place.
 
-The tokens come from ``SPO_AUTH_TOKENS`` or, one a line, from ``SPO_AUTH_TOKENS_FILE`` (read by each
-worker when it starts: a reload's new workers read it again; ``app.settings``). What they guard depends
+The tokens come from ``SPO_AUTH_TOKENS`` or, one a line, from ``SPO_AUTH_TOKENS_FILE`` (read when the
+settings are made: at start and on each reload, whose new workers serve what it says then;
+``app.settings``, ``app.master``). What they guard depends
 on ``SPO_PAGES``:
 
 - ``open`` (the default, for the local demo): ``/v1/*`` only; the demo page, ``/docs`` and

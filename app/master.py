@@ -21,6 +21,14 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   became unreadable) stays up: ``/healthz`` 200, ``/readyz`` and ``/v1/*`` 503 with the error's code,
   and it retries with backoff (``app.model_slot``) until the directory is back.
 
+Settings travel as one value, parsed once: ``spo serve`` resolves them and hands them to the master in
+one serialized variable (``SETTINGS_VAR``, ``Settings.to_json``; an exec is needed for jemalloc's
+``LD_PRELOAD``), which ``handed_settings`` reads once and removes from the environment; started
+otherwise (``python -m app.master`` by hand), the master parses ``SPO_*`` once instead. Each worker gets
+its generation's value by the fork (``SETTINGS``, read by ``worker_app``), never through ``os.environ``.
+A reload re-reads the model variables (``SPO_MODEL_DIR`` / ``SPO_MODELS``) of the environment once, in
+the master, so a moved symlink is followed; everything else stays as resolved at the start.
+
 Why a new generation beside the old rather than gunicorn's own HUP (which stops the old workers at
 once): during the new workers' load every request would wait in the listen backlog, and on a broken
 model every request would fail. Beside the old workers, requests are served throughout; the cost is
@@ -47,8 +55,9 @@ from app.settings import Settings, SettingsError
 from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
 
-MODEL_DIR_VAR = "SPO_MODEL_DIR"
-MODELS_VAR = "SPO_MODELS"
+# The one variable ``spo serve`` hands the resolved settings over in (outside the SPO_ prefix: it is
+# not a setting, and ``Settings.from_env`` would call it unknown).
+SETTINGS_VAR = "_SPO_SERVE_SETTINGS"
 _REPORT_LIMIT = 3000  # bytes of one report line; below PIPE_BUF (4096), so each write is atomic
 
 # The write end of the master's report pipe; set in the master before the first fork and inherited by
@@ -57,6 +66,9 @@ REPORT_FD: int | None = None
 # True in the master while it forks a reload's new generation, so inherited by exactly those workers.
 RELOAD_GENERATION = False
 _WAIT_S = 0.1
+# The settings of the generation being forked (set in the master before each fork, inherited by the
+# worker): what ``worker_app`` builds the app with.
+SETTINGS: Settings | None = None
 
 
 def check_model_dir(model_dir: Path) -> Manifest:
@@ -68,18 +80,37 @@ def model_label(manifest: Manifest) -> str:
     return f"{manifest.name} v{manifest.version} ({manifest.directory})"
 
 
-def resolve_models(
-    environ: dict[str, str] | None = None,
-) -> tuple[Path, str | None, list[Manifest]]:
-    """The model directory, the ``SPO_MODELS`` value with every directory resolved (``None`` when
-    ``SPO_MODELS`` is not used) and every model's checked manifest: what a generation is pinned to.
-    ``SettingsError`` / ``SpoError`` name the problem."""
-    settings = Settings.from_env(environ)
-    manifests = [check_model_dir(directory) for _, directory in settings.model_table]
-    pin = None
-    if settings.models:
-        pin = ",".join(f"{name}={directory.resolve()}" for name, directory in settings.models)
-    return settings.model_dir, pin, manifests
+def handed_settings() -> Settings:
+    """The master's settings, read once: those ``spo serve`` handed over in ``SETTINGS_VAR`` (removed
+    from the environment, so no worker sees it), else ``SPO_*`` parsed once. ``SettingsError`` names
+    the problem. Called by ``deploy/gunicorn.conf.py`` and ``SpoArbiter``; later calls return it."""
+    global SETTINGS
+    if SETTINGS is None:
+        handed = os.environ.pop(SETTINGS_VAR, None)
+        SETTINGS = Settings.from_json(handed) if handed is not None else Settings.from_env()
+    return SETTINGS
+
+
+def worker_app() -> Any:
+    """The app of a gunicorn worker (``wsgi_app`` in ``deploy/gunicorn.conf.py``): ``create_app``
+    with the settings of the worker's generation, handed down by the fork."""
+    from app import create_app
+
+    return create_app(handed_settings())
+
+
+def resolve_models(settings: Settings) -> tuple[Settings, list[Manifest]]:
+    """``settings`` with the model variables (``SPO_MODEL_DIR`` / ``SPO_MODELS``) of the environment
+    read again (every directory resolved: a switched symlink is followed), and every model's checked
+    manifest: what a reload's generation is pinned to. ``SettingsError`` / ``SpoError`` name the
+    problem."""
+    given = Settings.from_env(only=("model_dir", "models"))
+    pinned = settings.replace(model_dir=given.model_dir, models=given.models)
+    return pinned, [check_model_dir(directory) for _, directory in pinned.model_table]
+
+
+def models_label(settings: Settings) -> str:
+    return ", ".join(str(directory) for _, directory in settings.model_table)
 
 
 # -- worker side ---------------------------------------------------------------------------------
@@ -142,11 +173,9 @@ class PendingReload:
 
     old: set[int]
     new: set[int]
-    model_dir: Path
-    previous_dir: Path
+    previous: Settings
     label: str
     started: float = field(default_factory=time.monotonic)
-    previous_models: str | None = None
 
 
 class SpoArbiter(Arbiter):  # type: ignore[misc]
@@ -159,36 +188,22 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         os.set_blocking(self._reports_r, False)
         os.set_blocking(REPORT_FD, False)
         self._partial = b""
-        # SPO_MODEL_DIR as given (a symlink is resolved again on each reload), and as resolved now.
-        self.model_var = os.environ.get(MODEL_DIR_VAR)
-        self.model_dir = Settings.from_env().model_dir
-        # SPO_MODELS likewise: as given, and pinned (every directory resolved) for the generation.
-        self.models_var = os.environ.get(MODELS_VAR)
-        settings = Settings.from_env()
-        self.models_pin = (
-            ",".join(f"{n}={d.resolve()}" for n, d in settings.models) if settings.models else None
-        )
+        # The settings of the generation that serves: as handed over (model directories resolved).
+        # A -w flag after `--` wins over them, so TensorFlow threads are split by the real count.
+        settings = handed_settings()
+        if settings.workers != self.num_workers:
+            settings = settings.replace(workers=self.num_workers, require_model=False)
+        self.settings = settings
         self.ever_ready = False
         self.states: dict[int, dict[str, Any]] = {}
         self.pending: PendingReload | None = None
         self.retiring: set[int] = set()  # sent SIGTERM by us, finishing their requests
 
-    # Each worker loads the directory its generation was started with.
+    # Each worker gets the settings (so the directories) its generation was started with, by the fork.
     def spawn_worker(self) -> int:
-        var, value = (
-            (MODELS_VAR, self.models_pin)
-            if self.models_pin is not None
-            else (MODEL_DIR_VAR, str(self.model_dir))
-        )
-        saved = os.environ.get(var)
-        os.environ[var] = value
-        try:
-            pid: int = super().spawn_worker()
-        finally:
-            if saved is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = saved
+        global SETTINGS
+        SETTINGS = self.settings
+        pid: int = super().spawn_worker()
         return pid
 
     def reload(self) -> None:
@@ -200,26 +215,20 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
                 time.monotonic() - self.pending.started,
             )
             return
-        env = dict(os.environ)
-        if self.model_var is not None:
-            env[MODEL_DIR_VAR] = self.model_var
-        if self.models_var is not None:
-            env[MODELS_VAR] = self.models_var
         try:
-            model_dir, models_pin, manifests = resolve_models(env)
+            settings, manifests = resolve_models(self.settings)
         except (SettingsError, SpoError) as exc:
             reason = exc.message if isinstance(exc, SpoError) else str(exc)
             self.log.error(
                 "reload refused: %s; the %d running workers keep serving %s",
                 reason,
                 len(self.WORKERS),
-                self.model_dir,
+                models_label(self.settings),
             )
             return
         self.log.reopen_files()
         old = set(self.WORKERS)
-        previous, self.model_dir = self.model_dir, model_dir
-        previous_models, self.models_pin = self.models_pin, models_pin
+        previous, self.settings = self.settings, settings
         label = ", ".join(model_label(m) for m in manifests)
         self.log.info(
             "reload: starting %d workers on %s; the %d old workers serve until they are ready",
@@ -233,9 +242,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             new = {self.spawn_worker() for _ in range(self.num_workers)}
         finally:
             RELOAD_GENERATION = False
-        self.pending = PendingReload(
-            old, new, model_dir, previous, label, previous_models=previous_models
-        )
+        self.pending = PendingReload(old, new, previous, label)
 
     def manage_workers(self) -> None:
         """gunicorn's, except that during a reload both generations run (nothing is spawned or stopped
@@ -303,8 +310,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
                 self.kill_worker(pid, signal.SIGQUIT)
                 self.retiring.add(pid)
         self._retire(pending.new)
-        self.model_dir = pending.previous_dir
-        self.models_pin = pending.previous_models
+        self.settings = pending.previous
         self.pending = None
         self.log.error(
             "reload failed after %.1fs: %s cannot be served (%s); the new workers are stopped and "
@@ -312,7 +318,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             time.monotonic() - pending.started,
             pending.label,
             reason,
-            self.model_dir,
+            models_label(self.settings),
         )
 
     def _read_reports(self) -> None:

@@ -34,7 +34,6 @@ import click
 
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
-    DEFAULT_PRECISION,
     DEMO_MODEL_DIR,
     PRECISIONS,
     precision_help,
@@ -261,8 +260,9 @@ _TABLE = (
            "directory. Default: the service's default model (the first of SPO_MODELS, else "
            "SPO_MODEL_DIR, else models/demo).", env=False, flags=("--model", "-m"),
            commands=_BOTH, old={"extract": ("--model-dir",)}, metavar="NAME|DIR"),
-    Option("precision", DEFAULT_PRECISION, precision_help(), flags=("--precision",),
-           commands=_BOTH, **_choices(PRECISIONS)),
+    Option("precision", None, "the model's own when not set (its model.json: fp32, or int8 for a "
+           "spo quantize directory); " + precision_help(), flags=("--precision",),
+           commands=_BOTH, doc_default="the model's own", **_choices(PRECISIONS)),
     Option("load_mode", "boot", "boot: a worker accepts only once warm; background: it answers 503 "
            "meanwhile", **_choices(LOAD_MODES)),
     Option("load_retry_max_s", 30, "a worker whose model failed to load retries after 1, 2, 4... s, "
@@ -289,8 +289,8 @@ _TABLE = (
            "health, metrics (its own token) and, unless SPO_PAGES=auth, the pages stay open",
            _tokens, matches(TOKEN, "token #{n} must be " + TOKEN_RULE)),
     Option("auth_tokens_file", None, "instead of SPO_AUTH_TOKENS: a file of tokens, one a line (blank "
-           "lines and # comments ignored), e.g. a mounted secret; read by each worker when it starts, "
-           "so a reload (spo reload, SIGHUP) applies an edited file; unreadable, empty or a bad line: "
+           "lines and # comments ignored), e.g. a mounted secret; read at start and again on each reload "
+           "(spo reload, SIGHUP), whose new workers serve what it says then; unreadable, empty or a bad line: "
            "refused at start, and a reload is refused, the old workers serving on (docs/security.md)", _file),
     Option("pages", "open", "the demo page /, Swagger UI /docs and /openapi.json: open; auth (needs "
            "API tokens: then every path but /healthz, /readyz and /metrics needs one); off (404, with the page's assets). "
@@ -480,9 +480,7 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def precision_option(
-    default: str | None = DEFAULT_PRECISION, help_lead: str = "Model precision"
-) -> Decorator:
+def precision_option(default: str | None = None, help_lead: str = "Model precision") -> Decorator:
     """``--precision`` for the commands outside the table (``spo evaluate``): its choices and help
     are the table's."""
     return click.option(

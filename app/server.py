@@ -1,10 +1,14 @@
 """``spo serve`` and ``spo reload``: validate the settings and the model, then run gunicorn (alone, or
 behind nginx with ``--nginx``); send the running master SIGHUP.
 
-``LD_PRELOAD`` only takes effect when a process starts, so when jemalloc is wanted and installed
-(``SPO_JEMALLOC``, Debian ``libjemalloc2``) the command sets it and *execs* gunicorn: the master and every
-worker it forks then allocate through jemalloc. Flags become ``SPO_*`` values for the workers (flags win
-over the environment) and are passed to gunicorn too; arguments after ``--`` go to gunicorn untouched.
+The settings are resolved once, here: ``SPO_*`` variables with the flags over them (flags win), the
+worker count sized (``app.sizing``). gunicorn needs a fresh process, because ``LD_PRELOAD`` only takes
+effect when a process starts: when jemalloc is wanted and installed (``SPO_JEMALLOC``, Debian
+``libjemalloc2``) the command sets it and *execs* gunicorn, so the master and every worker it forks
+allocate through jemalloc. Across that exec the resolved value travels as one serialized variable
+(``app.master.SETTINGS_VAR``, ``Settings.to_json``), which the master reads once and removes; no
+``SPO_*`` variable is written for it to parse again, and the workers get the value by the fork. Bind
+and workers are passed to gunicorn as flags too; arguments after ``--`` go to gunicorn untouched.
 gunicorn runs as ``python -m app.master``: its own master with the model-aware start and reload of
 ``app.master``. With ``--nginx HOST:PORT``, ``app.supervisor`` runs nginx there in front of gunicorn on
 a private unix socket and supervises both.
@@ -35,7 +39,7 @@ from pathlib import Path
 
 import click
 
-from app.master import check_model_dir
+from app.master import SETTINGS_VAR, check_model_dir
 from app.options import click_options
 from app.settings import JEMALLOC_PATH, Settings, SettingsError
 from nlp.errors import SpoError
@@ -64,13 +68,10 @@ def gunicorn_command(
     *,
     pid_file: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment that run gunicorn (``app.master``) for ``settings``."""
+    """The argv and environment that run gunicorn (``app.master``) for ``settings``: the environment
+    is ``environ`` with ``settings`` in ``SETTINGS_VAR`` (and jemalloc's ``LD_PRELOAD``)."""
     env = dict(os.environ if environ is None else environ)
-    env["SPO_BIND"] = settings.bind
-    if settings.workers_auto:
-        env.pop("SPO_WORKERS", None)  # gunicorn.conf.py sizes again and logs why; --workers below
-    else:
-        env["SPO_WORKERS"] = str(settings.workers)
+    env[SETTINGS_VAR] = settings.to_json()
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     if settings.use_jemalloc and str(JEMALLOC_PATH) not in preload:
         env["LD_PRELOAD"] = ":".join([str(JEMALLOC_PATH), *preload])
@@ -266,12 +267,9 @@ def serve(
     """Serve the REST API with gunicorn, or nginx + gunicorn with --nginx (configured by SPO_*
     variables; see docs/rest.md). SIGHUP (or `spo reload`) reloads the model without dropping a
     request; SIGTERM/SIGINT stop everything gracefully."""
-    env = dict(os.environ)
-    if bind is not None:
-        env["SPO_BIND"] = bind
-    if workers is not None:
-        env["SPO_WORKERS"] = str(workers)
-    settings = _settings(env)
+    # The one parse: the environment with the flags over it (a local mapping, not os.environ).
+    flags = {"SPO_BIND": bind, "SPO_WORKERS": None if workers is None else str(workers)}
+    settings = _settings({**os.environ, **{k: v for k, v in flags.items() if v is not None}})
     if nginx_listen is not None and not _LISTEN.match(nginx_listen):
         raise click.BadParameter(
             f"expected HOST:PORT or PORT, got {nginx_listen!r}", param_hint="--nginx"
@@ -304,8 +302,8 @@ def serve(
     if nginx_listen is not None and not check_config:
         from app.supervisor import serve_behind_nginx
 
-        sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, env))
-    argv, child_env = gunicorn_command(settings, extra, env, pid_file=pid_file)
+        sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, os.environ))
+    argv, child_env = gunicorn_command(settings, extra, os.environ, pid_file=pid_file)
     click.echo(
         f"spo serve: {', '.join(f'{n}={m.name} v{m.version} from {d}' for (n, d), m in checked)} "
         f"on {settings.bind}, {settings.workers} worker(s)"

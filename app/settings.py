@@ -23,6 +23,7 @@ directory's base name. ``Settings.model_table`` is the resolved list either way.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Collection, Iterable, Mapping
@@ -78,7 +79,7 @@ class Settings:
 
     model_dir: Path
     models: tuple[tuple[str, Path], ...]
-    precision: str
+    precision: str | None  # None: each model's own (its model.json: fp32, or int8)
     load_mode: str
     load_retry_max_s: int
     max_texts: int
@@ -136,14 +137,18 @@ class Settings:
         for name in ("auth_tokens_file", "tls_cert", "tls_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        # The file's tokens are read here, once per Settings: each worker reads the file when it
-        # starts, so a reload (SIGHUP: new workers) serves what the file says then.
+        # The file's tokens are read here, once per Settings (never serialized: ``from_json`` reads
+        # the file again): the master makes one at start and one per reload (SIGHUP), so a reload's
+        # new workers serve what the file says then.
         tokens, problem = read_tokens_file(self.auth_tokens_file)
         object.__setattr__(self, "_file_tokens", tokens)
         object.__setattr__(self, "_file_problem", problem)
         object.__setattr__(self, "_auto_workers", self.workers == 0)
         if self.workers == 0:
-            object.__setattr__(self, "workers", self.sizing().workers)
+            # Probed once per Settings: ``sizing()`` without a machine returns this one again.
+            sizing = self.sizing()
+            object.__setattr__(self, "_sizing", sizing)
+            object.__setattr__(self, "workers", sizing.workers)
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         problems = self.problems(require_model=require_model)
         if problems:
@@ -157,7 +162,11 @@ class Settings:
     def sizing(self, machine: Machine | None = None) -> Sizing:
         """Workers and threads for this machine or container and why (``app.sizing.plan``): a function
         of these settings, the machine and every served model (all of ``model_table``, each worker
-        loads them all), each model in the precision it will run in."""
+        loads them all), each model in the precision it will run in. Without ``machine``, the sizing
+        made when these settings resolved ``workers=auto`` is reused (no second probe)."""
+        cached: Sizing | None = self.__dict__.get("_sizing")
+        if machine is None and cached is not None:
+            return cached
         explicit = not self.workers_auto
         served = [(n, d) for n, d in self.model_table if (d / "model.json").is_file()]
         rss = estimate_worker_rss_mib([d for _, d in served], self.precision) if served else None
@@ -247,7 +256,52 @@ class Settings:
         return self.jemalloc and JEMALLOC_PATH.is_file()
 
     def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (validated again; ``require_model=False`` may be passed). Workers
+        sized automatically stay so unless ``workers`` is changed."""
+        new = dataclasses.replace(self, **changes)
+        if self.workers_auto and "workers" not in changes:
+            object.__setattr__(new, "_auto_workers", True)
+        return new
+
+    # -- handing the resolved value down (``spo serve`` -> gunicorn master -> workers) ------------
+    def to_json(self) -> str:
+        """These settings as one JSON document, resolved (``workers`` a number, paths absolute):
+        ``spo serve`` hands it to the gunicorn master it execs (``app.master.handed_settings``).
+
+        >>> s = Settings(workers=2, require_model=False)
+        >>> Settings.from_json(s.to_json(), require_model=False) == s
+        True
+        """
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif f.name == "models":
+                value = [[name, str(directory)] for name, directory in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            values[f.name] = value
+        return json.dumps({"settings": values, "workers_auto": self.workers_auto})
+
+    @classmethod
+    def from_json(cls, text: str, *, require_model: bool = True) -> Settings:
+        """The settings ``to_json`` wrote: validated again, no environment read, no sizing probe
+        (``workers`` comes resolved). ``SettingsError`` for a document that is not one."""
+        try:
+            doc = json.loads(text)
+            values = dict(doc["settings"])
+            auto = bool(doc.get("workers_auto", False))
+            for name in _PATH_FIELDS:
+                if values.get(name) is not None:
+                    values[name] = Path(values[name])
+            settings = cls(**values, require_model=require_model)
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, SettingsError):
+                raise
+            raise SettingsError([f"handed-down settings are not readable: {exc}"]) from None
+        object.__setattr__(settings, "_auto_workers", auto)
+        return settings
 
     def problems(self, *, require_model: bool = True) -> list[str]:
         """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well): the model
@@ -356,6 +410,9 @@ def model_directory(ref: str | None, environ: Mapping[str, str] | None = None) -
             return Path(ref).expanduser().resolve()
         raise
     return table.resolve_model(ref)[1]
+
+
+_PATH_FIELDS = ("model_dir", "auth_tokens_file", "tls_cert", "tls_key", "pid_file")
 
 
 def _model_dir_problem(directory: Path) -> str | None:

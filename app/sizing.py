@@ -241,19 +241,21 @@ def intra_op_threads(cpus: int, workers: int) -> int:
     return max(1, cpus // max(1, workers))
 
 
-def model_precision(model_dir: Path, precision: str = "fp32") -> str:
+def model_precision(model_dir: Path, precision: str | None = None) -> str:
     """The precision ``model_dir`` runs in when ``precision`` is asked for: an int8 directory (``spo
     quantize``: ``"precision": "int8"`` in its model.json) runs in int8 whatever is asked; any other
-    in ``precision`` (loading refuses the pairs that cannot run; this is only the estimate).
+    in ``precision``, or fp32 when none is asked (loading refuses the pairs that cannot run; this is
+    only the estimate).
     """
+    asked = precision or "fp32"
     try:
         doc = json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return precision
-    return "int8" if isinstance(doc, dict) and doc.get("precision") == "int8" else precision
+        return asked
+    return "int8" if isinstance(doc, dict) and doc.get("precision") == "int8" else asked
 
 
-def model_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
+def model_rss_mib(model_dir: Path, precision: str | None = None) -> float:
     """What one model adds to a worker's RSS: its size on disk times its precision's factor."""
     size = 0
     for path in Path(model_dir).rglob("*"):
@@ -266,7 +268,9 @@ def model_rss_mib(model_dir: Path, precision: str = "fp32") -> float:
     return (RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(effective, 0.0)) * size / MIB
 
 
-def estimate_worker_rss_mib(model_dirs: Path | Sequence[Path], precision: str = "fp32") -> float:
+def estimate_worker_rss_mib(
+    model_dirs: Path | Sequence[Path], precision: str | None = None
+) -> float:
     """A worker's RSS after load and warm-up with every model of ``model_dirs`` loaded (one directory,
     or all that ``SPO_MODELS`` serves): the runtime once, plus each model's share (see the constants).
 

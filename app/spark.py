@@ -65,7 +65,6 @@ from app.batch.workers import ExtractorFactory, InlineExecutor, WorkSpec
 from app.settings import DEFAULT_MODEL_DIR
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
-    DEFAULT_PRECISION,
     PRECISIONS,
     LoadOptions,
 )
@@ -131,7 +130,7 @@ class _Job:
 
     model: str  # an absolute path every node sees, or the file name of an archive shipped with addArchive
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
-    precision: str = DEFAULT_PRECISION
+    precision: str | None = None
     text_field: str = "text"
     window: int = 2048
     chunk_size: int = 64
@@ -233,7 +232,7 @@ def extract_dataframe(
     id_col: str = "id",
     text_col: str = "text",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    precision: str = DEFAULT_PRECISION,
+    precision: str | None = None,
     factory: ExtractorFactory = load_extractor,
 ) -> DataFrame:
     """``df``'s ``id_col`` (as ``id``, any type, passed through) with ``entities``, ``triples``, ``error``.
@@ -265,9 +264,9 @@ def extract_dataframe(
 
 
 def _job(
-    model: str | Path | ShippedModel, max_text_chars: int, precision: str, text_field: str
+    model: str | Path | ShippedModel, max_text_chars: int, precision: str | None, text_field: str
 ) -> _Job:
-    if precision not in PRECISIONS:
+    if precision is not None and precision not in PRECISIONS:
         raise SparkExtractError(
             f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
         )
@@ -476,7 +475,7 @@ class SparkExtractOptions:
     id_field: str = "id"
     partitions: int | None = None
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
-    precision: str = DEFAULT_PRECISION
+    precision: str | None = None
     ship_model: bool = False
     force: bool = False
 
@@ -490,7 +489,7 @@ class SparkExtractOptions:
             out.append(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
         if self.partitions is not None and self.partitions < 1:
             out.append("--partitions must be positive")
-        if self.precision not in PRECISIONS:
+        if self.precision is not None and self.precision not in PRECISIONS:
             out.append(f"--precision must be one of {', '.join(PRECISIONS)}")
         if self.max_text_chars < 1:
             out.append("--max-text-chars must be positive")
@@ -677,7 +676,7 @@ def extract_records(
     output_format: str = "jsonl",
     text_field: str = "text",
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    precision: str = DEFAULT_PRECISION,
+    precision: str | None = None,
     factory: ExtractorFactory = load_extractor,
 ) -> DataFrame:
     """The output rows of ``read_records``' records: ``(seq, line)`` for JSON lines, else

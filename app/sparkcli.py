@@ -62,7 +62,7 @@ def spark_extract(
     python_env: str | None,
     confs: tuple[str, ...],
     model: str | None,
-    precision: str,
+    precision: str | None,
     max_text_chars: int,
     input_format: str,
     output_format: str,

@@ -188,7 +188,6 @@ def serve_behind_nginx(
             environ,
             pid_file=pid_file,
         )
-        env["SPO_BIND"] = f"unix:{socket_path}"
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise

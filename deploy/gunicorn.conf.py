@@ -1,8 +1,10 @@
 """gunicorn configuration for spo-service; every value comes from ``app.settings.Settings``.
 
-Started by ``spo serve`` (which validates the settings and the model first, sets ``LD_PRELOAD`` for
+Started by ``spo serve`` (which resolves the settings and checks the model first, sets ``LD_PRELOAD`` for
 jemalloc and execs ``python -m app.master -c deploy/gunicorn.conf.py``: gunicorn's master with the
-model-aware start and reload of ``app.master``); command-line flags override this file.
+model-aware start and reload of ``app.master``); command-line flags override this file. The settings
+are the value ``spo serve`` resolved, handed over once (``app.master.handed_settings``: never parsed
+again here); each worker builds its app from its generation's value (``app.master.worker_app``).
 
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.model_slot``). ``timeout`` covers that.
@@ -27,12 +29,11 @@ from typing import Any
 import psutil
 
 from app.logs import AccessLogger, logging_config
-from app.master import watch_worker
+from app.master import handed_settings, watch_worker
 from app.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
-from app.settings import Settings, threads_per_worker
 from app.sizing import Machine, memory_warning
 
-settings = Settings.from_env()
+settings = handed_settings()
 sizing = settings.sizing()
 
 _given_metrics_dir = os.environ.get(MULTIPROC_ENV)
@@ -41,7 +42,7 @@ metrics_dir = prepare_multiprocess_dir(
 )
 os.environ[MULTIPROC_ENV] = str(metrics_dir)
 
-wsgi_app = "app:create_app()"
+wsgi_app = "app.master:worker_app()"  # app.create_app(the generation's Settings)
 bind = [settings.bind]
 workers = settings.workers
 worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread + clean close over an unread body
@@ -81,10 +82,9 @@ def on_starting(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    # Settings in the worker see the worker count gunicorn really runs (a -w flag overrides the
-    # environment), so TensorFlow threads are split by the right number: usable CPUs / workers.
-    os.environ["SPO_WORKERS"] = str(server.cfg.workers)
-    intra = settings.intra_op_threads or threads_per_worker(server.cfg.workers)
+    # The worker's settings (its generation's, app.master) count the workers gunicorn really runs (a
+    # -w flag wins), so TensorFlow threads are split by the right number: usable CPUs / workers.
+    intra = handed_settings().tf_intra_op_threads
     server.log.info(
         "worker %s forked; loading the model (%d TF intra-op threads)", worker.pid, intra
     )

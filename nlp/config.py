@@ -52,11 +52,13 @@ DEFAULT_MAX_BATCH_TOKENS = 4096
 # Precision modes the runtime can run (``nlp.runtime`` implements each): name -> what it needs.
 # Adding a mode is one line here; every choice list, check and help text is derived from this table.
 PRECISIONS: dict[str, str] = {
-    "fp32": "float32 on any CPU (the default)",
+    "fp32": "float32 on any CPU",
     "bf16": "bfloat16 matmuls; needs a CPU with AVX-512 BF16 or AMX",
     "int8": "an int8 model directory (spo quantize); needs oneDNN and AVX-512 VNNI, AVX-VNNI or AMX",
 }
-DEFAULT_PRECISION = "fp32"
+DEFAULT_PRECISION = (
+    "fp32"  # what a model.json without "precision" is; options default to the model's
+)
 
 
 def precision_help() -> str:
@@ -68,13 +70,15 @@ def precision_help() -> str:
 class LoadOptions:
     """How to load one model directory. Frozen and picklable (it crosses the batch workers' spawn).
 
+    ``precision``: one of ``PRECISIONS``, or ``None`` (the default): the model's own, as its
+    model.json says (fp32, or int8 for a ``spo quantize`` directory; ``resolve_precision``).
     ``intra_op_threads`` / ``inter_op_threads``: TensorFlow's thread pools (``None``: TensorFlow's
     default); ``max_text_chars``: longer texts are refused with ``TextTooLong``;
     ``max_batch_tokens``: the most tokens in one model call (``None``: no cap; ``nlp.bucketing``).
     """
 
     model_dir: Path
-    precision: str = DEFAULT_PRECISION
+    precision: str | None = None
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
@@ -86,10 +90,22 @@ class LoadOptions:
     def replace(self, **changes: Any) -> LoadOptions:
         return dataclasses.replace(self, **changes)
 
+    def resolve_precision(self, model_precision: str) -> LoadOptions:
+        """These options with the precision to run in: the one asked for, else the model's own
+        (``model_precision``, its model.json's). An explicit one that the model cannot run in is
+        still refused on load (``Manifest.check_precision``).
+
+        >>> LoadOptions("m").resolve_precision("int8").precision
+        'int8'
+        >>> LoadOptions("m", precision="bf16").resolve_precision("fp32").precision
+        'bf16'
+        """
+        return self if self.precision is not None else self.replace(precision=model_precision)
+
     def problems(self) -> list[str]:
         """Every invalid option, in words (empty when all is well). Model files are checked on load."""
         out = []
-        if self.precision not in PRECISIONS:
+        if self.precision is not None and self.precision not in PRECISIONS:
             out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.max_text_chars < 1:
             out.append(f"max_text_chars must be positive, got {self.max_text_chars}")

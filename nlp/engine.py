@@ -104,7 +104,8 @@ def load_arguments(
     vocab_size: int,
 ) -> dict[str, Any]:
     """What both engines' constructors take besides the model file: the tensor names and task of
-    ``manifest``, the threads and precision of ``options``, the ``shapes`` to warm."""
+    ``manifest``, the threads and precision of ``options`` (none asked: the model's own), the ``shapes``
+    to warm."""
     return {
         "shapes": shapes,
         "input_names": manifest.input_names,
@@ -113,7 +114,7 @@ def load_arguments(
         "vocab_size": vocab_size,
         "intra_op_threads": options.intra_op_threads,
         "inter_op_threads": options.inter_op_threads,
-        "precision": options.precision,
+        "precision": options.resolve_precision(manifest.precision).precision,
     }
 
 

@@ -542,7 +542,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("batch_buckets", list, "the fixed batch sizes (rows), strictly increasing", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
     ManifestField("single_row_length_step", int, "one-row batches (a single short text) pad only to the next multiple of this many tokens (1 to `max_length`), each such shape warmed too; `null`: use `length_buckets`", _single_row_length_step, default=DEFAULT_SINGLE_ROW_LENGTH_STEP, null="kept"),
     ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
-    ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize`, served only with `SPO_PRECISION=int8`", _precision, default="fp32"),
+    ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize`, served as int8 (the precision used when none is asked for; any other is refused)", _precision, default="fp32"),
     ManifestField("quantization", dict, "how an int8 model was made: the tool and version, the scheme, the calibration set (source, texts, sha256) and the parent model", required=True, when=lambda values: values["precision"] == "int8", when_doc="for precision `int8`"),
 )  # fmt: skip
 

@@ -222,6 +222,8 @@ class Extractor:
         if problems:
             raise ValueError("; ".join(problems))
         manifest = load_manifest(options.model_dir)
+        options = options.resolve_precision(manifest.precision)
+        assert options.precision is not None
         manifest.check_precision(options.precision)
         tokenizer = Tokenizer.from_file(manifest.vocab_path, do_lower_case=manifest.do_lower_case)
         buckets = BucketSpec(

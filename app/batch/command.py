@@ -42,7 +42,7 @@ def extract(
     strict: bool,
     resume: bool,
     model: str | None,
-    precision: str,
+    precision: str | None,
     max_text_chars: int,
     input_format: str,
     text_field: str,

@@ -56,8 +56,8 @@ from app.batch.workers import (
     WorkSpec,
 )
 from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
-from app.sizing import Machine, estimate_worker_rss_mib, plan
-from nlp.config import DEFAULT_MAX_TEXT_CHARS, DEFAULT_PRECISION, LoadOptions
+from app.sizing import Machine, estimate_worker_rss_mib, model_precision, plan
+from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.loader import load_extractor
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class BatchOptions:
     window: int = 2048
     chunk_size: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
-    precision: str = DEFAULT_PRECISION
+    precision: str | None = None  # None: the model's own (its model.json)
     intra_op_threads: int | None = None
     record_timeout: float = 0.0
 
@@ -359,7 +359,7 @@ def _run_fingerprint(
         "window": options.window,
         "chunk_size": options.chunk_size,
         "max_text_chars": options.max_text_chars,
-        "precision": options.precision,
+        "precision": model_precision(Path(options.model_dir), options.precision),
         "model": _model_fingerprint(Path(options.model_dir)),
     }
 

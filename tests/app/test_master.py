@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from app.master import REPORT_FD, report
+from app import master
+from app.master import REPORT_FD, SpoArbiter, report, resolve_models
+from app.settings import Settings, SettingsError
+from nlp.errors import SpoError
 from tests.app.test_live import call, free_port, post_json, start_serve, stop, wait_ready
 
 BOOT_TIMEOUT_S = 120
@@ -334,3 +337,55 @@ def test_master_spo_reload_sends_hup(tmp_path: Path) -> None:
             child.wait()
         assert child.stdout is not None
         child.stdout.close()
+
+
+# -- settings handed down, not re-read (issue 20) ------------------------------------------------
+def test_master_reload_reads_the_model_variables_once_and_keeps_the_rest(
+    models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = Settings.from_env(
+        {"SPO_MODEL_DIR": str(models["link"]), "SPO_WORKERS": "3", "SPO_MAX_TEXTS": "9"}
+    )
+    assert started.model_dir == models["A"].resolve()
+    point(models["link"], models["B"])
+    for name in list(os.environ):
+        if name.startswith("SPO_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("SPO_MODEL_DIR", str(models["link"]))
+    monkeypatch.setenv("SPO_MAX_TEXTS", "1")  # not a model variable: the running value stays
+    parses = []
+    real = Settings.from_env.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        Settings,
+        "from_env",
+        classmethod(lambda cls, *a, **k: parses.append(k) or real(cls, *a, **k)),
+    )
+    pinned, manifests = resolve_models(started)
+    assert len(parses) == 1  # the environment, read once
+    assert pinned.model_dir == models["B"].resolve() and manifests[0].version == "2"
+    assert (pinned.workers, pinned.max_texts) == (3, 9)
+    models["link"].unlink()
+    with pytest.raises((SettingsError, SpoError)):
+        resolve_models(started)
+
+
+def test_master_workers_get_their_generations_settings_by_the_fork(
+    models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No SPO_* variable is swapped around a fork: the child finds its generation's value in
+    app.master.SETTINGS (the one worker_app builds the app with)."""
+    seen: list[tuple[Settings | None, dict[str, str]]] = []
+
+    def fork(self: object) -> int:
+        seen.append((master.SETTINGS, dict(os.environ)))
+        return 4242
+
+    monkeypatch.setattr(master.Arbiter, "spawn_worker", fork)
+    monkeypatch.setattr(master, "SETTINGS", None)
+    environ = dict(os.environ)
+    arbiter = object.__new__(SpoArbiter)
+    for version in ("A", "B"):
+        arbiter.settings = Settings(model_dir=models[version], workers=1)
+        assert arbiter.spawn_worker() == 4242
+        assert seen[-1] == (arbiter.settings, environ)
+        assert master.handed_settings() is arbiter.settings

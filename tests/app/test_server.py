@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from app import master
 from app.cli import main
+from app.master import SETTINGS_VAR
 from app.server import GUNICORN_CONF, default_pid_file, gunicorn_command, render_nginx_conf
 from app.settings import JEMALLOC_PATH, Settings
 
@@ -31,14 +33,15 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
-    settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3)
+    settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3, jemalloc=False)
     argv, env = gunicorn_command(settings, ["--check-config"], {"PATH": "/bin"})
     assert argv[1:5] == ["-m", "app.master", "--config", str(GUNICORN_CONF)]
     assert argv[5:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
     argv, _ = gunicorn_command(settings, pid_file=Path("/run/x.pid"))
     assert argv[-2:] == ["--pid", "/run/x.pid"]
-    assert env["SPO_BIND"] == "127.0.0.1:9001" and env["SPO_WORKERS"] == "3"
-    assert env["PATH"] == "/bin"
+    # The resolved settings travel as one value; no SPO_* variable is written to be parsed again.
+    assert Settings.from_json(env[SETTINGS_VAR]) == settings
+    assert env.keys() == {"PATH", SETTINGS_VAR}
 
 
 def test_server_jemalloc_preload_is_switchable(model_dir: Path, monkeypatch: Any) -> None:
@@ -120,21 +123,28 @@ def test_server_serve_check_config(triples_model_dir: Path) -> None:
     assert "TensorFlow intra-op threads per worker" in result.stdout
 
 
-def test_server_auto_workers_are_sized_again_by_gunicorn(model_dir: Path) -> None:
+def test_server_auto_workers_reach_gunicorn_as_sized(model_dir: Path) -> None:
     auto = Settings(model_dir=model_dir)
     assert auto.workers_auto and auto.workers >= 1
     argv, env = gunicorn_command(auto, environ={"SPO_WORKERS": "auto"})
-    assert "SPO_WORKERS" not in env  # so gunicorn.conf.py logs the reasons, not "set explicitly"
-    assert argv[argv.index("--workers") + 1] == str(auto.workers)
+    handed = Settings.from_json(env[SETTINGS_VAR])
+    assert handed.workers_auto  # so gunicorn.conf.py logs the reasons, not "set explicitly"
+    assert argv[argv.index("--workers") + 1] == str(auto.workers) == str(handed.workers)
     assert not Settings(model_dir=model_dir, workers=2).workers_auto
 
 
 # -- deploy/gunicorn.conf.py -----------------------------------------------------------------
-@pytest.fixture
-def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    for name in list(__import__("os").environ):
+@pytest.fixture(autouse=True)
+def fresh_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's gunicorn.conf.py reads its own settings (app.master keeps the first it read)."""
+    monkeypatch.setattr(master, "SETTINGS", None)
+    for name in list(os.environ):
         if name.startswith("SPO_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("SPO_MODEL_DIR", str(model_dir))
     monkeypatch.setenv("SPO_WORKERS", "2")
     monkeypatch.setenv("SPO_MAX_REQUESTS", "500")
@@ -145,7 +155,7 @@ def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def test_server_gunicorn_conf_from_settings(conf: dict[str, Any]) -> None:
     assert conf["preload_app"] is False
-    assert conf["wsgi_app"] == "app:create_app()"
+    assert conf["wsgi_app"] == "app.master:worker_app()"
     assert conf["workers"] == 2 and conf["worker_class"] == "app.gunicorn_worker.ThreadWorker"
     assert (conf["max_requests"], conf["max_requests_jitter"]) == (500, 50)
     assert conf["timeout"] >= 60
@@ -157,6 +167,21 @@ def test_server_rss_watchdog_retires_worker(conf: dict[str, Any], caplog: Any) -
         conf["post_request"](worker, None, {}, None)  # any process is over 1 MiB
     assert worker.alive is False
     assert "retiring it gracefully" in caplog.text
+
+
+def test_server_gunicorn_conf_takes_the_handed_settings_and_parses_nothing(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20: spo serve's resolved value reaches the master once; SPO_* is not parsed again."""
+    handed = Settings(model_dir=model_dir, workers=3, max_requests=700, max_requests_jitter=7)
+    _, env = gunicorn_command(handed, environ={})
+    monkeypatch.setenv(SETTINGS_VAR, env[SETTINGS_VAR])
+    monkeypatch.setenv("SPO_WORKERS", "not-a-number")  # would fail a parse
+    monkeypatch.setattr(Settings, "from_env", None)  # and there is none
+    conf = runpy.run_path(str(GUNICORN_CONF))
+    assert (conf["workers"], conf["max_requests"], conf["max_requests_jitter"]) == (3, 700, 7)
+    assert SETTINGS_VAR not in os.environ  # read once, not inherited by the workers
+    assert master.handed_settings() is conf["settings"] == handed
 
 
 def test_server_rss_watchdog_off_when_zero(

@@ -36,7 +36,7 @@ def test_settings_defaults(model_dir: Path) -> None:
     assert settings.workers == cpu_count()
     assert settings.tf_intra_op_threads == max(1, cpu_count() // settings.workers)
     assert settings.auth_tokens == () and not settings.auth_enabled
-    assert settings.load_mode == "boot" and settings.precision == "fp32"
+    assert settings.load_mode == "boot" and settings.precision is None  # the model's own
     assert settings.jemalloc and settings.log_format == "text"
     assert (settings.microbatch_wait_ms, settings.microbatch_max_texts) == (0, 32)  # off
     assert DEFAULT_MODEL_DIR.parts[-2:] == ("models", "demo")
@@ -275,3 +275,81 @@ def test_settings_docs_name_real_settings_only(doc: str) -> None:
         assert set(FIELDS) <= {n.lower() for n in named}, sorted(
             set(FIELDS) - {n.lower() for n in named}
         )
+
+
+# -- handed down: spo serve -> gunicorn master -> workers (issue 20) -------------------------------
+def test_settings_json_round_trip_keeps_every_field_and_auto_workers(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.json").write_text("{}")
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("token-0123456789abcdef\n")
+    settings = Settings.from_env(
+        {
+            "SPO_MODELS": f"a={model_dir},b={other}",
+            "SPO_AUTH_TOKENS_FILE": str(tokens),
+            "SPO_CORS_ORIGINS": "https://a.example",
+            "SPO_PID_FILE": str(tmp_path / "spo.pid"),
+            "SPO_PRECISION": "bf16",
+            "SPO_REQUEST_TIMEOUT": "2.5",
+            "SPO_ACCESS_LOG": "0",
+        }
+    )
+    assert settings.workers_auto
+    back = Settings.from_json(settings.to_json())
+    assert back == settings
+    assert back.workers_auto and back.workers == settings.workers
+    assert back.models == ((("a", model_dir), ("b", other)))
+    assert isinstance(back.pid_file, Path) and isinstance(back.auth_tokens_file, Path)
+    assert back.api_tokens == ("token-0123456789abcdef",)  # the tokens file is read again
+    explicit = Settings.from_json(settings.replace(workers=3).to_json())
+    assert explicit.workers == 3 and not explicit.workers_auto
+
+
+def test_settings_from_json_reads_no_environment(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = Settings.from_env(env(model_dir, workers="2", max_texts="7")).to_json()
+    monkeypatch.setenv("SPO_WORKERS", "not-a-number")
+    monkeypatch.setenv("SPO_MAX_TEXTS", "0")
+    settings = Settings.from_json(text)
+    assert (settings.workers, settings.max_texts) == (2, 7)
+
+
+def test_settings_from_json_refuses_a_bad_document(model_dir: Path) -> None:
+    with pytest.raises(SettingsError, match="handed-down settings are not readable"):
+        Settings.from_json("{")
+    with pytest.raises(SettingsError, match="handed-down settings are not readable"):
+        Settings.from_json('{"settings": {"no_such_field": 1}}')
+    doc = Settings.from_env(env(model_dir, workers="2")).to_json()
+    with pytest.raises(SettingsError, match="SPO_MAX_TEXTS: must be between 1 and 10000, got 0"):
+        Settings.from_json(doc.replace('"max_texts": 64', '"max_texts": 0'))
+
+
+def test_settings_replace_keeps_auto_workers_and_the_sizing_is_probed_once(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.settings as settings_module
+
+    probes = []
+    real = settings_module.Machine.probe
+    monkeypatch.setattr(
+        settings_module.Machine, "probe", lambda *a, **k: probes.append(1) or real(*a, **k)
+    )
+    settings = Settings.from_env(env(model_dir))
+    assert settings.workers_auto and len(probes) == 1
+    assert settings.sizing() is settings.sizing() and len(probes) == 1
+    moved = settings.replace(bind="unix:/tmp/x.sock")
+    assert moved.workers_auto and moved.workers == settings.workers
+    assert not settings.replace(workers=1).workers_auto
+
+
+def test_settings_precision_defaults_to_each_models_own(model_dir: Path) -> None:
+    settings = Settings.from_env(env(model_dir))
+    assert settings.precision is None
+    assert settings.load_options().precision is None  # resolved on load, from model.json
+    assert Settings.from_env(env(model_dir, precision="int8")).load_options().precision == "int8"
+    with pytest.raises(SettingsError, match="SPO_PRECISION: must be one of fp32, bf16, int8"):
+        Settings.from_env(env(model_dir, precision="fp64"))
