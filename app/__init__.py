@@ -1,8 +1,16 @@
-"""spo-service web application: ``create_app`` builds the Flask app; nothing happens at import time.
+"""spo-service: ``create_app`` builds the Flask app; nothing happens at import time.
+
+``app`` is a stack of subpackages, each importing only those below it and ``nlp`` (tests/app/test_layers.py
+holds the rules): ``core`` (settings and their option table, sizing, logging, the problem catalogue),
+``web`` (the Flask layer: routes, errors, OpenAPI, pages, metrics, the model registry and
+micro-batching), ``batch`` (``spo extract``), ``spark`` (``spo spark-extract``, over batch),
+``serving`` (the processes: ``spo serve``, the gunicorn master, the nginx supervisor) and ``cli`` (the
+``spo`` command over all of them). This module, the factory, assembles ``web`` and registers the batch
+command on Flask's CLI.
 
 gunicorn runs ``create_app(settings)`` in each worker after the fork (``preload_app = False``;
-``app.master.worker_app``, with the settings ``spo serve`` resolved), so each worker loads its own
-TensorFlow session (see ``app.model_slot``). TensorFlow is imported only when a model loads.
+``app.serving.master.worker_app``, with the settings ``spo serve`` resolved), so each worker loads its own
+TensorFlow session (see ``app.web.model_slot``). TensorFlow is imported only when a model loads.
 """
 
 from __future__ import annotations
@@ -10,11 +18,12 @@ from __future__ import annotations
 import click
 from flask import Flask
 
-from app import api, auth, batch, errors, metrics, web
-from app import logs as app_logging
-from app.model_slot import Loader
-from app.registry import ModelRegistry
-from app.settings import Settings
+from app import batch
+from app.core import logs as app_logging
+from app.core.settings import Settings
+from app.web import api, auth, errors, metrics, pages
+from app.web.model_slot import Loader
+from app.web.registry import ModelRegistry
 from nlp.loader import load_extractor
 
 __all__ = ["create_app"]
@@ -27,21 +36,21 @@ def create_app(
 ) -> Flask:
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
-    Every model of ``settings.model_table`` (``app.registry``) is loaded as ``settings.load_mode``
+    Every model of ``settings.model_table`` (``app.web.registry``) is loaded as ``settings.load_mode``
     says: ``boot`` loads and warms them before returning, ``background`` starts threads. A load that
-    fails leaves the app up, that model unready and retrying with backoff (``app.model_slot``); it never
+    fails leaves the app up, that model unready and retrying with backoff (``app.web.model_slot``); it never
     raises here. ``loader``
     (given ``settings.load_options(directory)`` for each) replaces ``nlp.loader.load_extractor`` in
     tests. ``app.extensions["spo.models"]`` holds the ``ModelRegistry``, ``app.extensions["spo"]``
     the default model's slot. With ``SPO_MICROBATCH_WAIT_MS`` above 0 each model has a
-    ``MicroBatcher`` (``app.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.
+    ``MicroBatcher`` (``app.web.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.
     """
     if settings is None:
         # `flask --app app`, tests: a model directory that is gone is a load failure to survive.
         settings = Settings.from_env(require_model=False)
-    # SPO_PAGES=off: no demo page, so none of its assets either (app.web).
-    app = Flask(__name__, static_folder=None if settings.pages == "off" else "static")
-    # One byte over the limit, so that a chunked body over it can be told from one at it (app.api).
+    # SPO_PAGES=off: no demo page, so none of its assets either (app.web.pages).
+    app = Flask(__name__, static_folder=None if settings.pages == "off" else "web/static")
+    # One byte over the limit, so that a chunked body over it can be told from one at it (app.web.api).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -58,7 +67,7 @@ def create_app(
     metrics.init_app(app)
     auth.init_app(app)
     app.register_blueprint(api.bp)
-    web.init_app(app)
+    pages.init_app(app)
     batch.init_app(app)
 
     load = loader or load_extractor

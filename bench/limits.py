@@ -1,7 +1,7 @@
 """Bounded work per request on the benchmark model: per-token cost and the worst-case request.
 
 ``python -m bench limits`` loads the RBT6 graph export in this process (one worker's view: every usable
-CPU as intra-op threads, from ``app.sizing``) and measures:
+CPU as intra-op threads, from ``app.core.sizing``) and measures:
 
 - the model's cost per request token at full 256-token windows (the worst case per token: attention
   grows with the window) for requests of a few sizes, so the cost is seen to be linear;
@@ -47,8 +47,8 @@ def _long_text(chars: int, offset: int = 0) -> str:
 def run(*, repeats: int = 3, worst_texts: int | None = None) -> dict[str, Any]:
     import nlp  # noqa: F401  (TF_KERAS before TensorFlow)
     from app import create_app
-    from app.settings import Settings
-    from app.sizing import Machine, plan
+    from app.core.settings import Settings
+    from app.core.sizing import Machine, plan
     from bench.rbt6 import model_dirs
     from nlp.pipeline import Extractor
 

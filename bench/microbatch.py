@@ -8,7 +8,7 @@ to beat; 8 threads let one worker hold every connection wrk opens, however gunic
 
 wrk drives single-text workload requests (``bench.http_load``'s script) at concurrency 8: ``warmup`` seconds
 not counted, then ``seconds`` (or ``requests``, whichever ends first) measured. The mean batch size is
-each worker's ``app.microbatch`` counters, which it logs when it exits (warm-up included).
+each worker's ``app.web.microbatch`` counters, which it logs when it exits (warm-up included).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from app.settings import threads_per_worker
+from app.core.settings import threads_per_worker
 from bench.common import CACHE_DIR, write_result
 from bench.http_load import require_wrk, run_wrk, spo_server, write_wrk_script, wrk_errors
 from bench.rbt6 import model_dirs

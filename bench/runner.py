@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.settings import JEMALLOC_PATH as JEMALLOC
+from app.core.settings import JEMALLOC_PATH as JEMALLOC
 from bench.common import PROJECT_ROOT
 
 logger = logging.getLogger(__name__)

@@ -1,1 +1,1 @@
-"""The deploy templates, installed as package data (``spo_deploy``): see ``app.server``."""
+"""The deploy templates, installed as package data (``spo_deploy``): see ``app.serving.server``."""

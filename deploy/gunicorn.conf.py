@@ -1,20 +1,20 @@
-"""gunicorn configuration for spo-service; every value comes from ``app.settings.Settings``.
+"""gunicorn configuration for spo-service; every value comes from ``app.core.settings.Settings``.
 
 Started by ``spo serve`` (which resolves the settings and checks the model first, sets ``LD_PRELOAD`` for
-jemalloc and execs ``python -m app.master -c deploy/gunicorn.conf.py``: gunicorn's master with the
-model-aware start and reload of ``app.master``); command-line flags override this file. The settings
-are the value ``spo serve`` resolved, handed over once (``app.master.handed_settings``: never parsed
-again here); each worker builds its app from its generation's value (``app.master.worker_app``).
+jemalloc and execs ``python -m app.serving.master -c deploy/gunicorn.conf.py``: gunicorn's master with the
+model-aware start and reload of ``app.serving.master``); command-line flags override this file. The settings
+are the value ``spo serve`` resolved, handed over once (``app.serving.master.handed_settings``: never parsed
+again here); each worker builds its app from its generation's value (``app.serving.master.worker_app``).
 
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
-  and loads and warms its own session before it accepts (``app.model_slot``). ``timeout`` covers that.
+  and loads and warms its own session before it accepts (``app.web.model_slot``). ``timeout`` covers that.
 - gthread workers: requests overlap (health checks, validation) while model calls are serialized.
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
-  (``app.microbatch``); ``worker_exit`` drains and stops its batcher.
+  (``app.web.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
   retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged and counted
   (``spo_worker_recycles_total``).
-- Metrics (``app.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
+- Metrics (``app.web.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
   directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied; else a new temporary
   one, removed on exit); ``child_exit`` marks each dead worker so its per-worker gauges go.
 """
@@ -28,10 +28,10 @@ from typing import Any
 
 import psutil
 
-from app.logs import AccessLogger, logging_config
-from app.master import handed_settings, watch_worker
-from app.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
-from app.sizing import Machine, memory_warning
+from app.core.logs import AccessLogger, logging_config
+from app.core.sizing import Machine, memory_warning
+from app.serving.master import handed_settings, watch_worker
+from app.web.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
 
 settings = handed_settings()
 sizing = settings.sizing()
@@ -42,10 +42,12 @@ metrics_dir = prepare_multiprocess_dir(
 )
 os.environ[MULTIPROC_ENV] = str(metrics_dir)
 
-wsgi_app = "app.master:worker_app()"  # app.create_app(the generation's Settings)
+wsgi_app = "app.serving.master:worker_app()"  # app.create_app(the generation's Settings)
 bind = [settings.bind]
 workers = settings.workers
-worker_class = "app.gunicorn_worker.ThreadWorker"  # gthread + clean close over an unread body
+worker_class = (
+    "app.serving.gunicorn_worker.ThreadWorker"  # gthread + clean close over an unread body
+)
 threads = settings.threads
 preload_app = False
 timeout = settings.timeout
@@ -59,7 +61,7 @@ limit_request_fields = 100
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 logconfig_dict = logging_config(settings)
 accesslog = "-" if settings.access_log else None
-# One line per request in the service's log format, with texts, tokens and buckets (app.logs).
+# One line per request in the service's log format, with texts, tokens and buckets (app.core.logs).
 logger_class = AccessLogger
 proc_name = "spo-service"
 # gunicorn 27 opens a control socket in ~/.gunicorn by default; several instances would share it.
@@ -73,7 +75,7 @@ def _rss_mib() -> float:
 
 
 def on_starting(server: Any) -> None:
-    """Log the resolved sizing (app.sizing) once, in the master; its warnings as warnings."""
+    """Log the resolved sizing (app.core.sizing) once, in the master; its warnings as warnings."""
     for line in sizing.lines():
         if line.startswith("WARNING: "):
             server.log.warning("sizing: %s", line.removeprefix("WARNING: "))
@@ -82,7 +84,7 @@ def on_starting(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    # The worker's settings (its generation's, app.master) count the workers gunicorn really runs (a
+    # The worker's settings (its generation's, app.serving.master) count the workers gunicorn really runs (a
     # -w flag wins), so TensorFlow threads are split by the right number: usable CPUs / workers.
     intra = handed_settings().tf_intra_op_threads
     server.log.info(
@@ -91,7 +93,7 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    # Tell the master (app.master) whether the model loaded, now and whenever that changes.
+    # Tell the master (app.serving.master) whether the model loaded, now and whenever that changes.
     watch_worker(worker)
     rss = _rss_mib()
     models = worker.wsgi.extensions["spo.models"]

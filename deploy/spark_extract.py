@@ -8,7 +8,7 @@ the standard library or of a dependency. The wheel installs it as ``spo_deploy/s
 docs/spark.md has the recipes.
 """
 
-from app.sparkcli import spark_extract
+from app.spark.command import spark_extract
 
 if __name__ == "__main__":
     spark_extract(prog_name="spo spark-extract")

@@ -1,6 +1,6 @@
 """The library's errors: one small hierarchy, each class with a stable ``code``.
 
-The web layer (``app/errors.py``) and the batch command translate these; nothing else should need to
+The web layer (``app/web/errors.py``) and the batch command translate these; nothing else should need to
 know their codes. Codes are part of the public API: never rename one.
 """
 

@@ -40,7 +40,7 @@ class Runtime(Protocol):
 
 
 class ExtractorLike(Protocol):
-    """What the service (``app.model_slot``) and the batch command (``app.batch``) use of an extractor."""
+    """What the service (``app.web.model_slot``) and the batch command (``app.batch``) use of an extractor."""
 
     @property
     def manifest(self) -> Manifest: ...

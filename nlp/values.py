@@ -3,7 +3,7 @@
 An outcome is an ``Extraction`` or a ``Failure`` (an error value: a stable code and a message) until
 the edge writes it out. The wire shape of each value (its JSON members, in order) is declared once
 here as a ``Shape`` (``ENTITY``, ``TRIPLE``, ``EXTRACTION``, ``FAILURE``): ``to_dict`` encodes with it,
-``app.openapi`` derives the OpenAPI schemas from it and ``app.spark`` the Spark/Parquet columns, and
+``app.web.openapi`` derives the OpenAPI schemas from it and ``app.spark.job`` the Spark/Parquet columns, and
 ``tests/app/test_wire.py`` checks that the three agree.
 """
 

@@ -1,8 +1,8 @@
 """Docs that mirror code cannot drift from it (issue 20): README's model.json table against the fields
 the manifest declares (``nlp.manifest.MANIFEST_FIELDS``), docs/rest.md's settings table against
-``app.settings``, and every flag of every ``spo`` command against the docs about that command.
+``app.core.settings``, and every flag of every ``spo`` command against the docs about that command.
 
-The metrics table in docs/rest.md is checked against ``app.metrics.Metrics`` (at the end). The other
+The metrics table in docs/rest.md is checked against ``app.web.metrics.Metrics`` (at the end). The other
 mirrors have their own tests: error codes per route in OpenAPI (``tests/app/test_openapi.py``,
 ``tests/app/test_openapi_routes.py``), the catalogue in docs/rest.md and docs/batch.md
 (``tests/app/test_problems.py``), the routes nginx allows (``tests/app/test_nginx.py``,
@@ -20,8 +20,8 @@ import click
 import pytest
 
 from app.cli import main
-from app.options import SETTINGS, settings_table
-from app.settings import Settings
+from app.core.options import SETTINGS, settings_table
+from app.core.settings import Settings
 from nlp.manifest import MANIFEST_FIELDS, parse_manifest
 from tests import PROJECT_ROOT
 
@@ -130,16 +130,16 @@ def test_docs_manifest_docstring_example_names_every_field() -> None:
 
 # -- settings -------------------------------------------------------------------------------------
 def test_docs_rest_settings_table_is_the_declarations() -> None:
-    """docs/rest.md's settings table is ``app.options.settings_table()``: every ``SPO_*`` variable,
-    its default and its help as ``app/options.py`` declares them (``python -m app.options`` prints
+    """docs/rest.md's settings table is ``app.core.options.settings_table()``: every ``SPO_*`` variable,
+    its default and its help as ``app/core/options.py`` declares them (``python -m app.core.options`` prints
     the table to paste)."""
     text = _read(PROJECT_ROOT / "docs" / "rest.md")
     rows = _table(text, "| variable | default | meaning |")
     expected = _table(settings_table(), "| variable | default | meaning |")
     assert [r[0] for r in rows] == [f"`{o.var}`" for o in SETTINGS.values()], (
-        "docs/rest.md's settings are not app.options' (python -m app.options prints them)"
+        "docs/rest.md's settings are not app.core.options' (python -m app.core.options prints them)"
     )
-    assert rows == expected, "docs/rest.md's settings table differs: python -m app.options"
+    assert rows == expected, "docs/rest.md's settings table differs: python -m app.core.options"
 
 
 def test_docs_rest_settings_table_names_defaults_as_settings_parse_them() -> None:
@@ -191,9 +191,9 @@ def test_docs_name_every_flag_of_every_command(name: str, command: click.Command
 
 # -- metrics --------------------------------------------------------------------------------------
 def test_docs_rest_metrics_table_matches_the_declarations() -> None:
-    """docs/rest.md's table of ``/metrics`` is ``app.metrics.Metrics``' declarations: each metric's
+    """docs/rest.md's table of ``/metrics`` is ``app.web.metrics.Metrics``' declarations: each metric's
     exposed name (counters with ``_total``), type and labels (per-worker gauges with ``pid``)."""
-    from app.metrics import Metrics
+    from app.web.metrics import Metrics
 
     declared = {}
     for metric in Metrics.declared():

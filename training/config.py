@@ -1,6 +1,6 @@
 """What a training run can be told, with the one set of defaults (``spo train`` shows and uses them).
 
-Light on purpose (no TensorFlow, no bert4keras): ``app/modelcli.py`` imports it to build
+Light on purpose (no TensorFlow, no bert4keras): ``app/cli/model.py`` imports it to build
 ``spo train --help``.
 """
 

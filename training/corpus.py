@@ -7,7 +7,7 @@ open-class name - person, title, company, school - is assigned to a split by a s
 held-out set never shows a name seen in training.
 
 Records are JSON lines ``{"text": ..., "triples": [[subject, predicate, object], ...], "entities":
-[[name, type], ...]}``, written by ``spo make-corpus`` (``app/modelcli.py``); ``entities`` names every
+[[name, type], ...]}``, written by ``spo make-corpus`` (``app/cli/model.py``); ``entities`` names every
 typed mention the generator placed (triple arguments, and the people, places, works and organisations
 of sentences that state no relation), typed with ``training.schema.ENTITY_TYPES``, the labels of the
 NER demo model::

@@ -11,7 +11,7 @@ times only. With ``max_steps`` the run is exactly that many steps (the learning-
 them and epochs repeat as needed), so a rerun with the same seed does the same work on any machine;
 without it, training runs ``epochs``. ``max_minutes`` is only a safety net (``stopped_early`` in
 ``training.json`` says it fired). The settings and their defaults are ``training.config.TrainConfig``;
-the command line is ``spo train`` (``app/modelcli.py``)::
+the command line is ``spo train`` (``app/cli/model.py``)::
 
     spo train data/train.jsonl --out models/demo --max-steps 3000 --seed 1
     spo train data/train.jsonl --task entities --out models/ner --max-steps 1200 --seed 1

@@ -2,7 +2,10 @@
 
 A thin click command (``app.batch.command``) over ``run_batch`` (``app.batch.runner``), a streaming
 generator pipeline: ``records`` reads inputs, ``workers`` runs the model, ``output`` writes JSON lines
-with a checkpoint for ``--resume``. Documented in ``docs/batch.md``.
+with a checkpoint for ``--resume``; ``textfile`` writes the run's metrics file. Documented in
+``docs/batch.md``.
+
+It may import ``app.core`` and ``nlp`` (never the web layer: the batch command runs without a server).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from app.batch.output import OutputError
 from app.batch.records import InputError
 from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
-from app.options import click_options
-from app.settings import model_directory
+from app.core.options import click_options
+from app.core.settings import model_directory
 from nlp.errors import SpoError
 
 
@@ -108,7 +108,7 @@ def extract(
     if not quiet:
         click.echo(summary.line(), err=True)
     if metrics_file is not None:
-        from app.metrics import write_batch_textfile
+        from app.batch.textfile import write_batch_textfile
 
         try:
             write_batch_textfile(metrics_file, summary)

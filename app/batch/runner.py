@@ -55,8 +55,8 @@ from app.batch.workers import (
     ProcessExecutor,
     WorkSpec,
 )
-from app.settings import DEFAULT_MODEL_DIR, threads_per_worker
-from app.sizing import Machine, estimate_worker_rss_mib, model_precision, plan
+from app.core.settings import DEFAULT_MODEL_DIR, threads_per_worker
+from app.core.sizing import Machine, estimate_worker_rss_mib, model_precision, plan
 from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.loader import load_extractor
 
@@ -208,7 +208,7 @@ def run_batch(
         options.load_options(), text_field=options.text_field, record_timeout=options.record_timeout
     )
     if options.workers and options.load_options().problems() == []:
-        # The memory check of app.sizing: warn before spawning workers that cannot all fit.
+        # The memory check of app.core.sizing: warn before spawning workers that cannot all fit.
         model_dir = Path(options.model_dir)
         sizing = plan(
             Machine.probe(),

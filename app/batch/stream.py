@@ -1,6 +1,6 @@
 """``extract_windows``: records in, outcomes out, in input order: the library entry point of batch extraction.
 
-Both ``spo extract`` (``app.batch.pipeline``) and the Spark integration (``app.spark``) run records
+Both ``spo extract`` (``app.batch.pipeline``) and the Spark integration (``app.spark.job``) run records
 through this one generator, so they cut the same windows, sort and chunk them the same way, and turn
 the same bad records into the same error outcomes.
 

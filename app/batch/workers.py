@@ -12,7 +12,7 @@ plans: no text is checked or tokenized twice.
 
 Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
 own extractor with the run's ``nlp.config.LoadOptions`` (``intra_op = cores / workers``: see
-``app.settings.threads_per_worker``), and is replaced after ``recycle_after`` texts or
+``app.core.settings.threads_per_worker``), and is replaced after ``recycle_after`` texts or
 when its RSS is over ``max_rss_mb``, between chunks, so no chunk is lost or reordered. A worker that
 dies mid-chunk is replaced and the chunk is run again once; a second death stops the run (the output
 stays resumable).
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from app.problems import INTERNAL_ERROR
+from app.core.problems import INTERNAL_ERROR
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
 from nlp.pipeline import merge_plans
@@ -164,7 +164,7 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     import psutil
 
-    from app.logs import configure_logging
+    from app.core.logs import configure_logging
 
     configure_logging()  # a spawned process starts unconfigured: log as the parent does
 

@@ -18,7 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient, FlaskCliRunner
 
 from app import create_app
-from app.settings import Settings
+from app.core.settings import Settings
 from nlp.config import DEFAULT_MAX_TEXT_CHARS
 from nlp.errors import DeadlineExceeded, RequestTooLarge
 from nlp.manifest import load_manifest

@@ -14,8 +14,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.model_slot import ModelSlot
-from app.settings import Settings
+from app.core.settings import Settings
+from app.web.model_slot import ModelSlot
 from nlp.errors import ManifestError
 
 PROBLEM = "application/problem+json"
@@ -252,12 +252,12 @@ def test_api_unexpected_error_is_logged_and_leaks_nothing(
     fake_client: FlaskClient, fake_extractor: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake_extractor.fail = RuntimeError("secret at /srv/models/x.pb")
-    with caplog.at_level(logging.ERROR, logger="app.errors"):
+    with caplog.at_level(logging.ERROR, logger="app.web.errors"):
         response = fake_client.post("/v1/extract", json={"text": "北京"})
     body = assert_problem(response, 500, "internal_error")
     assert "secret" not in response.get_data(as_text=True)
     assert "RuntimeError" not in response.get_data(as_text=True)
-    [record] = [r for r in caplog.records if r.name == "app.errors"]
+    [record] = [r for r in caplog.records if r.name == "app.web.errors"]
     assert record.exc_info is not None and "secret" in caplog.text
     assert body["request_id"]
 
@@ -329,8 +329,8 @@ def test_api_failed_load_answers_503_with_its_code_then_recovers(
     """A load that fails never raises out of create_app (a worker that cannot boot halts gunicorn):
     /healthz stays 200, /readyz and /v1/* answer 503 with the load error's code, and the slot retries
     with backoff until the loader succeeds."""
-    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 0.01)
-    caplog.set_level(logging.INFO, logger="app.model_slot")
+    monkeypatch.setattr("app.web.model_slot.FIRST_RETRY_S", 0.01)
+    caplog.set_level(logging.INFO, logger="app.web.model_slot")
     errors: list[BaseException] = [
         RuntimeError("no such tensor /srv/secret"),
         ManifestError("/srv/x/model.json: not valid JSON", field="model.json"),
@@ -372,7 +372,7 @@ def test_api_failed_load_answers_503_with_its_code_then_recovers(
 def test_api_model_slot_reports_changes_and_stops_retrying_on_close(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 0.01)
+    monkeypatch.setattr("app.web.model_slot.FIRST_RETRY_S", 0.01)
     calls: list[int] = []
 
     def broken(options: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from app.batch import BatchOptions, run_batch
-from app.settings import Settings
+from app.core.settings import Settings
 from nlp.config import LoadOptions
 from nlp.values import Extraction
 

@@ -359,7 +359,7 @@ def test_batch_cli_record_timeout_option(fake_cli: CliRunner) -> None:
 def test_batch_warns_when_the_workers_do_not_fit_the_memory_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from app import sizing
+    from app.core import sizing
 
     tiny = sizing.Machine(8, sizing.Limit(None, "none"), sizing.Limit(2**30, "test limit"))
     monkeypatch.setattr(sizing.Machine, "probe", classmethod(lambda cls, *a, **k: tiny))

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.settings import DEFAULT_MODEL_DIR
+from app.core.settings import DEFAULT_MODEL_DIR
 from tests.app.test_live import free_port, start_serve, stop, wait_ready
 
 pytestmark = [pytest.mark.live, pytest.mark.browser, pytest.mark.timeout(300)]

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from app import create_app
 from app.cli import main
-from app.settings import Settings, SettingsError
+from app.core.settings import Settings, SettingsError
 from nlp.config import packaged_model_dir
 from tests import PROJECT_ROOT
 from tests.app.test_live import NGINX, call, free_port, wait_ready
@@ -218,7 +218,7 @@ def test_install_no_default_model_names_the_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where no demo model is embedded, the error says what to set, not how to build it."""
-    from app import settings as settings_module
+    from app.core import settings as settings_module
 
     missing = tmp_path / "no-embedded-model"
     monkeypatch.setattr(settings_module, "DEFAULT_MODEL_DIR", missing)

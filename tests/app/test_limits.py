@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from app.microbatch import MicroBatcher
-from app.settings import Settings, SettingsError
+from app.core.settings import Settings, SettingsError
+from app.web.microbatch import MicroBatcher
 from nlp.errors import DeadlineExceeded
 from nlp.values import Extraction
 from tests.app.conftest import FakeExtractor, FakePlan

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from app.server import render_nginx_conf
-from app.settings import Settings
+from app.core.settings import Settings
+from app.serving.nginx import render_nginx_conf
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 

@@ -1,7 +1,7 @@
 """Live tests of the service's edges (issue 12), gunicorn alone (no nginx), one worker, the demo model.
 
 - An 18 MB body sent without ``Expect: 100-continue`` by ``urllib`` and ``requests`` reads the 413
-  problem (``app.gunicorn_worker``), not a connection reset; no keep-alive over an unread body.
+  problem (``app.serving.gunicorn_worker``), not a connection reset; no keep-alive over an unread body.
 - The worst request the body limit admits gets its 413 (``SPO_MAX_REQUEST_TOKENS``) at once, and one
   under the token limit but slower than ``SPO_REQUEST_TIMEOUT`` its 504 near the deadline, while
   ``/healthz`` and a one-sentence ``/v1/extract`` from other connections to the same worker are answered.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.settings import DEFAULT_MODEL_DIR
+from app.core.settings import DEFAULT_MODEL_DIR
 from tests.app.test_live import (
     BOOT_TIMEOUT_S,
     PROBLEM,

@@ -18,8 +18,8 @@ from flask import Flask, request
 from flask.testing import FlaskClient
 
 from app.cli import main
-from app.logs import AccessLogger, JsonFormatter, TextFormatter, access_fields, access_message
-from app.settings import LogSettings, SettingsError
+from app.core.logs import AccessLogger, JsonFormatter, TextFormatter, access_fields, access_message
+from app.core.settings import LogSettings, SettingsError
 
 SECRET = "李白出生于碎叶城。"
 

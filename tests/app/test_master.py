@@ -1,4 +1,4 @@
-"""``app.master``: model reloads and load failures under a real gunicorn, with clients sending all along.
+"""``app.serving.master``: model reloads and load failures under a real gunicorn, with clients sending all along.
 
 Each test starts ``spo serve`` on a copy of the tiny model behind a symlink (``SPO_MODEL_DIR``), like a
 deployment that switches models by moving the link. Load comes from 4 client threads (``Load``) that
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from app import master
-from app.master import REPORT_FD, SpoArbiter, report, resolve_models
-from app.settings import Settings, SettingsError
+from app.core.settings import Settings, SettingsError
+from app.serving import master
+from app.serving.master import REPORT_FD, SpoArbiter, report, resolve_models
 from nlp.errors import SpoError
 from tests.app.test_live import call, free_port, post_json, start_serve, stop, wait_ready
 
@@ -373,7 +373,7 @@ def test_master_workers_get_their_generations_settings_by_the_fork(
     models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No SPO_* variable is swapped around a fork: the child finds its generation's value in
-    app.master.SETTINGS (the one worker_app builds the app with)."""
+    app.serving.master.SETTINGS (the one worker_app builds the app with)."""
     seen: list[tuple[Settings | None, dict[str, str]]] = []
 
     def fork(self: object) -> int:

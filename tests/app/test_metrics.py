@@ -1,4 +1,4 @@
-"""``app.metrics`` in-process: ``/metrics`` and its token, request and model-call metrics, the batch
+"""``app.web.metrics`` in-process: ``/metrics`` and its token, request and model-call metrics, the batch
 textfile. The multiprocess (gunicorn) side is covered live by ``test_live_metrics.py``."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.batch.runner import BatchSummary
-from app.metrics import prepare_multiprocess_dir, write_batch_textfile
-from app.settings import Settings, SettingsError
+from app.batch.textfile import write_batch_textfile
+from app.core.settings import Settings, SettingsError
+from app.web.metrics import prepare_multiprocess_dir
 
 METRICS_TOKEN = "metrics-token-0123456789"
 API_TOKEN = "api-token-0123456789abcdef"

@@ -1,4 +1,4 @@
-"""Micro-batching (``app.microbatch``): combining, routing, isolation, the wait bound, shutdown, off path.
+"""Micro-batching (``app.web.microbatch``): combining, routing, isolation, the wait bound, shutdown, off path.
 
 ``MicroBatcher`` is driven directly with a recording ``run`` where timing matters, and through the Flask
 app (one test client per thread) with the fake extractor and the tiny real model for the wiring.
@@ -16,8 +16,8 @@ import pytest
 from flask import Flask
 
 from app import create_app
-from app.microbatch import BatcherClosed, MicroBatcher
-from app.settings import Settings
+from app.core.settings import Settings
+from app.web.microbatch import BatcherClosed, MicroBatcher
 from nlp.errors import InvalidInput
 from nlp.values import Entity, Extraction, Span
 from tests.app.conftest import FakePlan

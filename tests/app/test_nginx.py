@@ -24,9 +24,11 @@ from click.testing import CliRunner
 from flask import Flask
 
 from app.cli import main
-from app.server import default_pid_file, nginx_http2, render_nginx_conf, secret_warnings
-from app.settings import DEFAULT_MODEL_DIR, Settings
-from app.supervisor import find_nginx
+from app.core.settings import DEFAULT_MODEL_DIR, Settings
+from app.serving.launch import default_pid_file
+from app.serving.nginx import nginx_http2, render_nginx_conf
+from app.serving.server import secret_warnings
+from app.serving.supervisor import find_nginx
 from tests.app.test_live import (
     PROBLEM,
     Answer,

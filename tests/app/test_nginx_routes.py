@@ -11,8 +11,8 @@ from pathlib import Path
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.server import render_nginx_conf
-from app.settings import DEFAULT_MODEL_DIR, Settings
+from app.core.settings import DEFAULT_MODEL_DIR, Settings
+from app.serving.nginx import render_nginx_conf
 
 
 def _conf(tmp_path: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.settings import Settings
+from app.core.settings import Settings
 
 TEXTS = ["李明出生于北京，毕业于清华大学。", "《红楼梦》的作者是曹雪芹。", "短"]
 

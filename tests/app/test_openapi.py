@@ -11,8 +11,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.problems import CATALOGUE, LOAD_ERROR_CODES
-from app.settings import Settings
+from app.core.problems import CATALOGUE, LOAD_ERROR_CODES
+from app.core.settings import Settings
 from nlp.errors import ManifestError, ModelLoadError, UnsupportedPrecision
 from tests import PROJECT_ROOT
 from tests.app.test_api import BAD_DOCUMENTS, wait_for
@@ -110,7 +110,7 @@ def test_openapi_declares_the_load_errors_of_every_model_route(
 ) -> None:
     """Issue 20: a worker whose model failed to load answers 503 with the load error's own code on
     every route that needs the model; the document declared only ``model_not_ready``."""
-    monkeypatch.setattr("app.model_slot.FIRST_RETRY_S", 60.0)
+    monkeypatch.setattr("app.web.model_slot.FIRST_RETRY_S", 60.0)
     error = {c.code: c for c in (ModelLoadError, ManifestError, UnsupportedPrecision)}[code]
 
     def broken(options: Any) -> Any:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from app.problems import CATALOGUE
-from app.settings import Settings
+from app.core.problems import CATALOGUE
+from app.core.settings import Settings
 from tests.app.conftest import FakeExtractor
 from tests.app.test_api import BAD_DOCUMENTS
 from tests.app.test_openapi import _declared, _spec
@@ -30,7 +30,7 @@ NOT_PROVOKED = {
     "invalid_manifest": "test_openapi_declares_the_load_errors_of_every_model_route",
     "unsupported_precision": "test_openapi_declares_the_load_errors_of_every_model_route",
     "internal_error": "only an extract route calls the model; the others declare it all the same",
-    "bad_request": "a request werkzeug cannot parse; every operation declares it (app.openapi)",
+    "bad_request": "a request werkzeug cannot parse; every operation declares it (app.web.openapi)",
 }
 Answer = tuple[str, str, int, str | None]  # (path template, method, status, problem code)
 

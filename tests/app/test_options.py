@@ -1,4 +1,4 @@
-"""``app.options``: one declaration per option, the same flag on every command that takes it."""
+"""``app.core.options``: one declaration per option, the same flag on every command that takes it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from app.batch.command import extract
 from app.cli import main
-from app.options import OPTIONS, SETTINGS, click_options
-from app.settings import Settings, SettingsError
-from app.sparkcli import spark_extract
+from app.core.options import OPTIONS, SETTINGS, click_options
+from app.core.settings import Settings, SettingsError
+from app.spark.command import spark_extract
 from tests import PROJECT_ROOT
 
 SHARED = sorted(o.name for o in OPTIONS.values() if {"extract", "spark-extract"} <= o.commands)

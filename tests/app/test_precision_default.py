@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from app import create_app
 from app.cli import main
-from app.settings import Settings
+from app.core.settings import Settings
 from nlp.config import LoadOptions
 from nlp.errors import UnsupportedPrecision
 
@@ -133,7 +133,7 @@ def test_precision_spo_extract_conflicting_flag_is_an_error_record(
 
 
 def test_precision_spark_extract_defaults_to_the_models_own(int8_dir: Path) -> None:
-    spark = pytest.importorskip("app.spark", reason="the spark extra is not installed")
+    spark = pytest.importorskip("app.spark.job", reason="the spark extra is not installed")
     job = spark._job(int8_dir, 100, None, "text")
     assert job.precision is None
     assert spark.SparkExtractOptions(inputs=("x",), output="y").precision is None
@@ -145,7 +145,7 @@ def test_precision_spark_extract_defaults_to_the_models_own(int8_dir: Path) -> N
 def test_precision_spark_extract_cli_int8_model_without_a_flag(
     int8_dir: Path, tmp_path: Path, int8_runs: None
 ) -> None:
-    pytest.importorskip("app.spark", reason="the spark extra is not installed")
+    pytest.importorskip("app.spark.job", reason="the spark extra is not installed")
     if shutil.which("java") is None:
         pytest.skip("no Java runtime")
     source = tmp_path / "in.jsonl"

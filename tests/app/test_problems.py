@@ -1,4 +1,4 @@
-"""The error catalogue (``app.problems``): complete, documented, and what the translator answers."""
+"""The error catalogue (``app.core.problems``): complete, documented, and what the translator answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from app.batch.records import InvalidJson
-from app.problems import CATALOGUE, codes
+from app.core.problems import CATALOGUE, codes
 from nlp import errors
 from nlp.errors import InvalidInput, ModelLoadError, SpoError
 from tests import PROJECT_ROOT

@@ -1,4 +1,4 @@
-"""Several models in one service (issue 13): ``SPO_MODELS``, ``app.registry``, ``/v1/models``,
+"""Several models in one service (issue 13): ``SPO_MODELS``, ``app.web.registry``, ``/v1/models``,
 ``/v1/models/<name>/extract``, ``/readyz`` over every model, ``spo extract --model NAME|DIR``.
 
 The models here are fakes over hand-written ``model.json`` files (no TensorFlow); the live test of two
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from flask import Flask
 
 from app import create_app
-from app.settings import DEFAULT_MODEL_DIR, Settings, SettingsError
+from app.core.settings import DEFAULT_MODEL_DIR, Settings, SettingsError
 from nlp.config import LoadOptions
 from nlp.manifest import manifest_document, write_manifest
 from tests.app.conftest import FakeExtractor

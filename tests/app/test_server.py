@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from app import master
 from app.cli import main
-from app.master import SETTINGS_VAR
-from app.server import GUNICORN_CONF, default_pid_file, gunicorn_command, render_nginx_conf
-from app.settings import JEMALLOC_PATH, Settings
+from app.core.settings import JEMALLOC_PATH, Settings
+from app.serving import master
+from app.serving.launch import GUNICORN_CONF, default_pid_file, gunicorn_command
+from app.serving.master import SETTINGS_VAR
+from app.serving.nginx import render_nginx_conf
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 
@@ -35,7 +36,7 @@ def model_dir(tmp_path: Path) -> Path:
 def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
     settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3, jemalloc=False)
     argv, env = gunicorn_command(settings, ["--check-config"], {"PATH": "/bin"})
-    assert argv[1:5] == ["-m", "app.master", "--config", str(GUNICORN_CONF)]
+    assert argv[1:5] == ["-m", "app.serving.master", "--config", str(GUNICORN_CONF)]
     assert argv[5:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
     argv, _ = gunicorn_command(settings, pid_file=Path("/run/x.pid"))
     assert argv[-2:] == ["--pid", "/run/x.pid"]
@@ -55,7 +56,7 @@ def test_server_jemalloc_preload_is_switchable(model_dir: Path, monkeypatch: Any
 
 
 def test_server_no_jemalloc_when_missing(model_dir: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr("app.settings.JEMALLOC_PATH", Path("/nonexistent/libjemalloc.so.2"))
+    monkeypatch.setattr("app.core.settings.JEMALLOC_PATH", Path("/nonexistent/libjemalloc.so.2"))
     _, env = gunicorn_command(Settings(model_dir=model_dir), environ={})
     assert "LD_PRELOAD" not in env
 
@@ -80,7 +81,7 @@ def test_server_serve_refuses_a_bad_model_before_starting(model_dir: Path) -> No
 def test_server_serve_nginx_missing_says_how_to_install(
     triples_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.supervisor.find_nginx", lambda: None)
+    monkeypatch.setattr("app.serving.supervisor.find_nginx", lambda: None)
     result = CliRunner().invoke(
         main, ["serve", "--nginx", "127.0.0.1:8080"], env={"SPO_MODEL_DIR": str(triples_model_dir)}
     )
@@ -116,7 +117,7 @@ def test_server_serve_check_config(triples_model_dir: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    # The resolved sizing and why (app.sizing), before gunicorn's own check.
+    # The resolved sizing and why (app.core.sizing), before gunicorn's own check.
     assert "resolved sizing" in result.stdout
     assert re.search(r"^  workers: \d+$", result.stdout, re.M)
     assert "because usable CPUs:" in result.stdout
@@ -136,7 +137,7 @@ def test_server_auto_workers_reach_gunicorn_as_sized(model_dir: Path) -> None:
 # -- deploy/gunicorn.conf.py -----------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def fresh_master(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's gunicorn.conf.py reads its own settings (app.master keeps the first it read)."""
+    """Each test's gunicorn.conf.py reads its own settings (app.serving.master keeps the first it read)."""
     monkeypatch.setattr(master, "SETTINGS", None)
     for name in list(os.environ):
         if name.startswith("SPO_"):
@@ -155,8 +156,10 @@ def conf(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def test_server_gunicorn_conf_from_settings(conf: dict[str, Any]) -> None:
     assert conf["preload_app"] is False
-    assert conf["wsgi_app"] == "app.master:worker_app()"
-    assert conf["workers"] == 2 and conf["worker_class"] == "app.gunicorn_worker.ThreadWorker"
+    assert conf["wsgi_app"] == "app.serving.master:worker_app()"
+    assert (
+        conf["workers"] == 2 and conf["worker_class"] == "app.serving.gunicorn_worker.ThreadWorker"
+    )
     assert (conf["max_requests"], conf["max_requests_jitter"]) == (500, 50)
     assert conf["timeout"] >= 60
 

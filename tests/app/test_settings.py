@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import DEFAULT_MODEL_DIR, FIELDS, Settings, SettingsError, cpu_count
+from app.core.settings import DEFAULT_MODEL_DIR, FIELDS, Settings, SettingsError, cpu_count
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_settings_blank_means_default(model_dir: Path) -> None:
 
 
 def test_settings_unknown_variable_warns(model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="app.settings"):
+    with caplog.at_level(logging.WARNING, logger="app.core.settings"):
         Settings.from_env(env(model_dir, max_text="5"))
     assert "SPO_MAX_TEXT" in caplog.text
 
@@ -331,7 +331,7 @@ def test_settings_from_json_refuses_a_bad_document(model_dir: Path) -> None:
 def test_settings_replace_keeps_auto_workers_and_the_sizing_is_probed_once(
     model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.settings as settings_module
+    import app.core.settings as settings_module
 
     probes = []
     real = settings_module.Machine.probe

@@ -1,4 +1,4 @@
-"""``app.sizing``: CPU quota and memory limit from fake cgroup v1/v2 trees, and the plan made of them."""
+"""``app.core.sizing``: CPU quota and memory limit from fake cgroup v1/v2 trees, and the plan made of them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app import sizing
-from app.settings import Settings
-from app.sizing import Limit, Machine, cpu_quota, memory_limit, memory_warning, plan
+from app.core import sizing
+from app.core.settings import Settings
+from app.core.sizing import Limit, Machine, cpu_quota, memory_limit, memory_warning, plan
 
 GIB = 1 << 30
 

@@ -1,4 +1,4 @@
-"""``spo spark-extract`` and ``app.spark`` on PySpark ``local[2]`` with the demo model: every row equals
+"""``spo spark-extract`` and ``app.spark.job`` on PySpark ``local[2]`` with the demo model: every row equals
 ``spo extract``'s for the same input, record for record, good and bad records alike.
 
 PySpark and a JRE are what ``make test`` installs (the ``spark`` extra, ``.ci/run``); outside CI a
@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from app.batch import BatchOptions, run_batch
 from app.cli import main
-from app.settings import DEFAULT_MODEL_DIR
+from app.core.settings import DEFAULT_MODEL_DIR
 
 if not os.environ.get("CI"):
     pytest.importorskip(
@@ -30,7 +30,7 @@ if not os.environ.get("CI"):
     if shutil.which("java") is None:
         pytest.skip("no Java runtime (make test / .ci/run install one)", allow_module_level=True)
 
-from app import spark as spo_spark
+from app.spark import job as spo_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

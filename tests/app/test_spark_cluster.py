@@ -34,7 +34,7 @@ if not os.environ.get("CI"):
         pytest.skip("no Java runtime (make test / .ci/run install one)", allow_module_level=True)
 
 from app.batch import BatchOptions, run_batch
-from app.settings import DEFAULT_MODEL_DIR
+from app.core.settings import DEFAULT_MODEL_DIR
 from bench.spark import Cluster, spark_home, standalone_cluster
 from tests.app.test_spark import corpus_lines, part_lines
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.server import default_pid_file
-from app.supervisor import find_nginx
+from app.serving.launch import default_pid_file
+from app.serving.supervisor import find_nginx
 from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
 
 BOOT_TIMEOUT_S = 120
@@ -170,7 +170,7 @@ def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -
     driver = textwrap.dedent(
         f"""
         import sys
-        from app.supervisor import Supervisor
+        from app.serving.supervisor import Supervisor
         py, s = sys.executable, {str(stand_in)!r}
         sup = Supervisor([py, s, {str(nginx_log)!r}], [py, s, {str(gunicorn_log)!r}], {{}},
                          graceful_timeout=5, on_exit=lambda: print("cleaned", flush=True))

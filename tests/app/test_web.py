@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.settings import Settings, SettingsError
+from app.core.settings import Settings, SettingsError
 
 ORIGIN = "https://tools.example.org"
 

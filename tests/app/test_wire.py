@@ -10,8 +10,8 @@ import jsonschema_rs
 import pytest
 
 from app.batch.output import dumps_line
-from app.openapi import build_spec
-from app.settings import Settings
+from app.core.settings import Settings
+from app.web.openapi import build_spec
 from nlp.values import (
     ENTITY,
     EXTRACTION,
@@ -98,7 +98,7 @@ def test_wire_spark_columns_are_the_shape() -> None:
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from app import spark
+    from app.spark import job as spark
 
     fields = T.StructType(list(spark.RESULT_FIELDS))
     assert [f.name for f in fields] == [m.name for m in (*EXTRACTION.members, *FAILURE.members)]

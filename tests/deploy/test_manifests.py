@@ -17,8 +17,8 @@ import yaml
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.settings import FIELDS, PREFIX, Settings
-from app.sizing import Limit, Machine, plan
+from app.core.settings import FIELDS, PREFIX, Settings
+from app.core.sizing import Limit, Machine, plan
 from nlp.config import DEMO_MODEL_DIR, DEMO_NER_MODEL_DIR
 from nlp.manifest import load_manifest
 
@@ -27,7 +27,9 @@ KUBERNETES = ROOT / "deploy" / "kubernetes"
 COMPOSE = ROOT / "deploy" / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 SETTING_NAMES = {PREFIX + name.upper() for name in FIELDS}
-SUPERVISOR_KILL_AFTER_S = 5  # app.supervisor: what is left is killed SPO_GRACEFUL_TIMEOUT + 5 s in
+SUPERVISOR_KILL_AFTER_S = (
+    5  # app.serving.supervisor: what is left is killed SPO_GRACEFUL_TIMEOUT + 5 s in
+)
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -74,7 +76,7 @@ def test_deploy_files_name_only_real_settings(path: Path) -> None:
     # Comments included: a documented name that is not a setting misleads as much as a used one.
     names = set(re.findall(r"\bSPO_[A-Z0-9_]+\b", path.read_text(encoding="utf-8")))
     unknown = names - SETTING_NAMES
-    assert not unknown, f"{path.name}: not settings of app.settings: {sorted(unknown)}"
+    assert not unknown, f"{path.name}: not settings of app.core.settings: {sorted(unknown)}"
 
 
 def test_configmap_values_parse_as_settings(tmp_path: Path) -> None:

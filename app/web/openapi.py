@@ -5,7 +5,7 @@ method, summary, 200 schema, the problem codes each answers) and small builders 
 depends on the settings (limits, model names, tokens). The schemas of an entity (``Span``), a triple and
 a result are derived from their one wire shape in ``nlp.values`` (``shape_schema``), as ``to_dict``
 and the Spark columns are. Limits in the schemas (``maxItems``, ``maxLength``) are the configured ones. Problem responses are
-generated from the error catalogue (``app.problems``): an operation names the codes it can answer and
+generated from the error catalogue (``app.core.problems``): an operation names the codes it can answer and
 gets one response per status, listing those codes (the schema allows exactly them) with their
 meanings and ``Retry-After`` where the catalogue says so. ``tests/app/test_openapi.py`` checks that
 every route is documented, and that the answers the service really gives (status and code) are the
@@ -19,8 +19,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from app.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
-from app.settings import Settings
+from app.core.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
+from app.core.settings import Settings
 from nlp.tasks import TASK_NAMES
 from nlp.values import ENTITY, EXTRACTION, TRIPLE, Member, Shape
 

@@ -2,12 +2,12 @@
 ``/v1/models/<name>/extract``, ``/healthz``, ``/readyz``, ``/openapi.json``.
 
 ``/v1/extract`` and ``/v1/model`` are the default model's (the first of ``SPO_MODELS``); the
-``/v1/models/<name>`` routes address one model by name (``app.registry``), and an unknown name is a
+``/v1/models/<name>`` routes address one model by name (``app.web.registry``), and an unknown name is a
 404 ``unknown_model`` that lists the known ones.
 
 The request document is validated here, strictly and completely, before the model sees it: wrong content
 type, undecodable or invalid JSON, unknown fields, wrong types, empty or too many texts each get their own
-problem code (see ``app.problems``). Then the request becomes one plan (``ModelSlot.plan``, the model's
+problem code (see ``app.core.problems``). Then the request becomes one plan (``ModelSlot.plan``, the model's
 ``Extractor.plan``): each text is checked once by ``nlp.validation.check_text``, the same check the batch
 command and the library make (type, length, NUL, lone surrogates), tokenized once, and counted against
 ``SPO_MAX_REQUEST_TOKENS``; that plan is what the micro-batcher merges and the model runs. The results
@@ -24,13 +24,13 @@ from typing import Any
 from flask import Blueprint, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import NotFound, RequestEntityTooLarge
 
-from app.errors import ApiError
-from app.microbatch import BatcherClosed, MicroBatcher
-from app.model_slot import ModelNotReady, ModelSlot
-from app.openapi import build_spec
-from app.problems import LOAD_ERROR_CODES
-from app.registry import ModelRegistry, ServedModel
-from app.settings import Settings
+from app.core.problems import LOAD_ERROR_CODES
+from app.core.settings import Settings
+from app.web.errors import ApiError
+from app.web.microbatch import BatcherClosed, MicroBatcher
+from app.web.model_slot import ModelNotReady, ModelSlot
+from app.web.openapi import build_spec
+from app.web.registry import ModelRegistry, ServedModel
 from nlp.validation import check_text
 from nlp.values import Extraction
 
@@ -209,7 +209,7 @@ def _run(model: ServedModel, plan: Any) -> list[Extraction]:
 # -- endpoints -----------------------------------------------------------------------------------
 def _extract_response(model: ServedModel) -> Response:
     texts, field = parse_extract_request(read_json_body(), settings())
-    g.spo_texts = len(texts)  # for the metrics and the access log (app.metrics)
+    g.spo_texts = len(texts)  # for the metrics and the access log (app.web.metrics)
     plan = _plan(model, texts, field)
     brief = _model_brief(model)
     if settings().log_input_text:

@@ -5,7 +5,7 @@ the commands), whether ``SPO_<NAME>`` sets it, the flags it has on which command
 spellings that still work there, hidden), how text becomes its value, its default, its check and its
 help. From ``OPTIONS`` come:
 
-- ``app.settings.Settings``: its fields (those with ``env``), their parsing and their checks;
+- ``app.core.settings.Settings``: its fields (those with ``env``), their parsing and their checks;
 - the flags of ``spo serve``, ``spo extract`` and ``spo spark-extract`` (``click_options(command)``),
   so a flag has the same name, meaning, default, check and ``--help`` in each;
 - the settings table of docs/rest.md (``settings_table()``; tests/test_docs.py compares the two).
@@ -385,7 +385,7 @@ _TABLE = (
 # fmt: on
 OPTIONS: dict[str, Option] = {option.name: option for option in _TABLE}
 assert len(OPTIONS) == len(_TABLE), "an option is declared twice"
-# The service's settings (``app.settings.Settings``'s fields), in declaration order.
+# The service's settings (``app.core.settings.Settings``'s fields), in declaration order.
 SETTINGS: dict[str, Option] = {o.name: o for o in _TABLE if o.env}
 
 
@@ -492,5 +492,5 @@ def precision_option(default: str | None = None, help_lead: str = "Model precisi
     )
 
 
-if __name__ == "__main__":  # python -m app.options: the table to paste into docs/rest.md
+if __name__ == "__main__":  # python -m app.core.options: the table to paste into docs/rest.md
     print(settings_table())

@@ -1,6 +1,6 @@
 """Service settings: one frozen ``Settings``, the only code that reads ``SPO_*`` environment variables.
 
-Every setting is declared once, in ``app.options`` (variable, flags, parser, default, check, help);
+Every setting is declared once, in ``app.core.options`` (variable, flags, parser, default, check, help);
 ``Settings``' fields are its ``SETTINGS`` in their order (checked at import), each field's default the
 table's. ``Settings.from_env()`` parses every variable, validates every field (each option's check,
 then the checks across fields in ``Settings.problems``) and raises one ``SettingsError`` naming every
@@ -10,7 +10,7 @@ turns its flags into ``SPO_*`` values before parsing).
 >>> Settings.from_env({"SPO_MODEL_DIR": "/nowhere", "SPO_MAX_TEXTS": "0", "SPO_WORKERS": "two"})
 Traceback (most recent call last):
 ...
-app.settings.SettingsError: invalid settings:
+app.core.settings.SettingsError: invalid settings:
   SPO_WORKERS: expected an integer, got 'two'
   SPO_MODEL_DIR: not a directory: /nowhere
   SPO_MAX_TEXTS: must be between 1 and 10000, got 0
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.options import PREFIX, SETTINGS, TOKEN, TOKEN_RULE
-from app.sizing import (
+from app.core.options import PREFIX, SETTINGS, TOKEN, TOKEN_RULE
+from app.core.sizing import (
     BASE_RSS_MIB,
     Machine,
     Sizing,
@@ -51,7 +51,7 @@ JEMALLOC_PATH = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
 
 
 def cpu_count() -> int:
-    """CPUs this process may keep busy: the cgroup CPU quota, then the affinity mask (``app.sizing``)."""
+    """CPUs this process may keep busy: the cgroup CPU quota, then the affinity mask (``app.core.sizing``)."""
     return Machine.probe().cpus
 
 
@@ -59,7 +59,7 @@ def threads_per_worker(workers: int) -> int:
     """TensorFlow intra-op threads for each of ``workers`` model processes: the usable CPUs split evenly.
 
     The one cores / workers split: the service's workers, the batch command's workers and the
-    benchmarks all call this; the CPUs are counted in ``app.sizing`` (cgroup quota, affinity mask).
+    benchmarks all call this; the CPUs are counted in ``app.core.sizing`` (cgroup quota, affinity mask).
     """
     return intra_op_threads(cpu_count(), workers)
 
@@ -74,7 +74,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True, init=False)
 class Settings:
-    """Everything the service can be told: one field per ``app.options.SETTINGS`` entry, in its order.
+    """Everything the service can be told: one field per ``app.core.options.SETTINGS`` entry, in its order.
     The types are written here, for type checkers; variable, default, parser, check and help there."""
 
     model_dir: Path
@@ -116,11 +116,11 @@ class Settings:
     log_input_text: bool
 
     def __init__(self, *, require_model: bool = True, **values: Any) -> None:
-        """A field given as a keyword, else its default (``app.options``). ``require_model``, not a
+        """A field given as a keyword, else its default (``app.core.options``). ``require_model``, not a
         setting: False skips the check that the model directory exists (a worker's: a missing model
-        is a load failure it survives and retries, app.model_slot; ``spo serve`` checks it before
+        is a load failure it survives and retries, app.web.model_slot; ``spo serve`` checks it before
         starting), and that SPO_AUTH_TOKENS_FILE can be read (a worker that cannot read it stays up
-        and refuses every request that needs a token, app.auth; ``spo serve`` and a reload check it
+        and refuses every request that needs a token, app.web.auth; ``spo serve`` and a reload check it
         first)."""
         unknown = sorted(set(values) - set(SETTINGS))
         if unknown:
@@ -160,7 +160,7 @@ class Settings:
         return bool(getattr(self, "_auto_workers", False))
 
     def sizing(self, machine: Machine | None = None) -> Sizing:
-        """Workers and threads for this machine or container and why (``app.sizing.plan``): a function
+        """Workers and threads for this machine or container and why (``app.core.sizing.plan``): a function
         of these settings, the machine and every served model (all of ``model_table``, each worker
         loads them all), each model in the precision it will run in. Without ``machine``, the sizing
         made when these settings resolved ``workers=auto`` is reused (no second probe)."""
@@ -188,7 +188,7 @@ class Settings:
 
     @property
     def tf_intra_op_threads(self) -> int:
-        """TensorFlow intra-op threads per worker: usable CPUs / workers unless set (``app.sizing``)."""
+        """TensorFlow intra-op threads per worker: usable CPUs / workers unless set (``app.core.sizing``)."""
         if self.intra_op_threads is not None:
             return self.intra_op_threads
         return threads_per_worker(self.workers)
@@ -266,7 +266,7 @@ class Settings:
     # -- handing the resolved value down (``spo serve`` -> gunicorn master -> workers) ------------
     def to_json(self) -> str:
         """These settings as one JSON document, resolved (``workers`` a number, paths absolute):
-        ``spo serve`` hands it to the gunicorn master it execs (``app.master.handed_settings``).
+        ``spo serve`` hands it to the gunicorn master it execs (``app.serving.master.handed_settings``).
 
         >>> s = Settings(workers=2, require_model=False)
         >>> Settings.from_json(s.to_json(), require_model=False) == s
@@ -305,7 +305,7 @@ class Settings:
 
     def problems(self, *, require_model: bool = True) -> list[str]:
         """Every invalid field, as ``VARIABLE: what is wrong`` (empty when all is well): the model
-        directories, each option's own check (``app.options``), then what a field must be given the
+        directories, each option's own check (``app.core.options``), then what a field must be given the
         others."""
         out: list[str] = []
 
@@ -475,7 +475,7 @@ class LogSettings:
         return cls(**values)
 
 
-# The service's settings by name (``app.options.SETTINGS``), which ``Settings``' fields are.
+# The service's settings by name (``app.core.options.SETTINGS``), which ``Settings``' fields are.
 FIELDS = SETTINGS
 _missing = [f.name for f in dataclasses.fields(Settings)] != list(SETTINGS)
-assert not _missing, "Settings' fields are not app.options.SETTINGS, in its order"
+assert not _missing, "Settings' fields are not app.core.options.SETTINGS, in its order"

@@ -9,7 +9,7 @@ its HTML page), and anything unexpected, which is logged with its traceback and 
      "code": "text_too_long", "detail": "texts[1] has 10001 characters; the limit is 10000",
      "field": "texts[1]", "request_id": "..."}
 
-Status, title and meaning of each ``code`` come from the one catalogue, ``app.problems.CATALOGUE``: a
+Status, title and meaning of each ``code`` come from the one catalogue, ``app.core.problems.CATALOGUE``: a
 library error is answered by its own ``code`` (a subclass whose code is not catalogued answers with the
 status of its nearest catalogued ancestor). A 5xx answer never shows the exception's message, only the
 code's meaning; the message is logged. ``request_too_large`` adds the extension members ``limit`` and
@@ -25,7 +25,7 @@ from typing import Any
 from flask import Flask, Response, g, json
 from werkzeug.exceptions import HTTPException
 
-from app.problems import CATALOGUE, INTERNAL_ERROR, Problem, problem_for
+from app.core.problems import CATALOGUE, INTERNAL_ERROR, Problem, problem_for
 from nlp.errors import RequestTooLarge, SpoError
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ _HTTP_CODES = {
 
 
 class ApiError(Exception):
-    """An error of the web layer with a code from ``app.problems.CATALOGUE``."""
+    """An error of the web layer with a code from ``app.core.problems.CATALOGUE``."""
 
     def __init__(
         self,
@@ -96,7 +96,7 @@ def problem(
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_MIMETYPE)
     g.spo_problem_code = body[
         "code"
-    ]  # for the metrics (app.metrics), which never re-parse the body
+    ]  # for the metrics (app.web.metrics), which never re-parse the body
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
@@ -118,7 +118,7 @@ def _api_error(exc: ApiError) -> Response:
 def _spo_error(exc: SpoError) -> Response:
     entry = catalogued(exc)
     if entry is None:
-        logger.error("error code %r is not catalogued (app.problems)", exc.code)
+        logger.error("error code %r is not catalogued (app.core.problems)", exc.code)
         return _unexpected(exc)
     if isinstance(exc, RequestTooLarge):
         return problem(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from app.options import precision_option
+from app.core.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.tasks import TASK_NAMES
 from training.config import DEFAULT_NAMES, TrainConfig

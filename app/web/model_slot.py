@@ -13,11 +13,11 @@ gunicorn (``preload_app = False``) is in each worker after the fork, before it a
 A load that fails never ends the worker (a worker that exits while booting makes gunicorn halt the whole
 server): the slot turns ``failed``, keeps the error (``/readyz`` and ``/v1/*`` answer 503 with its code),
 and a thread retries after 1, 2, 4... seconds, at most ``SPO_LOAD_RETRY_MAX_S`` apart, until the model
-loads. ``on_change`` listeners hear each ``ready``/``failed`` transition (``app.master`` reports them to
+loads. ``on_change`` listeners hear each ``ready``/``failed`` transition (``app.serving.master`` reports them to
 gunicorn's master, which decides whether a failure ends a first start or a reload).
 
 The Extractor is not thread-safe; gthread workers serve several requests at once, so model calls take
-``lock`` while health checks and request validation do not. With micro-batching on (``app.microbatch``)
+``lock`` while health checks and request validation do not. With micro-batching on (``app.web.microbatch``)
 one batcher thread per worker makes the model calls, through ``extract_batch`` and the same lock.
 
 Deadlines (``SPO_REQUEST_TIMEOUT``): a request waits for ``lock`` at most until its deadline, and the

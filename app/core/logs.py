@@ -8,7 +8,7 @@ applies it in every ``spo`` command (``app.cli``) and in the batch command's wor
 gunicorn's access log goes through ``AccessLogger`` (``logger_class``): one line per request, in the
 same format as every other line. Besides method, path, status, latency, bytes and request id it carries
 what the request did (``texts``, ``tokens``, ``buckets``: the model-call shapes), which the app leaves
-in the WSGI environ (``app.metrics.request_summary``). Input texts are never logged unless
+in the WSGI environ (``app.web.metrics.request_summary``). Input texts are never logged unless
 ``SPO_LOG_INPUT_TEXT`` is on (then the access line has ``input``).
 
 The request id is the client's ``X-Request-ID`` (nginx sets one from ``$request_id`` when the client did
@@ -29,7 +29,7 @@ from typing import Any
 from flask import Flask, Response, g, has_request_context, request
 from gunicorn.glogging import Logger as GunicornLogger
 
-from app.settings import LogSettings, Settings
+from app.core.settings import LogSettings, Settings
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")

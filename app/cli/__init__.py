@@ -1,4 +1,10 @@
-"""The ``spo`` management command: a click group over thin commands, each owned by its module."""
+"""The ``spo`` management command: a click group over thin commands, each owned by its module
+(``app.serving.server``, ``app.batch.command``, ``app.spark.command``; the model commands, training
+and export, in ``model``).
+
+The top of the stack: it may import every part of ``app``, ``nlp`` and, lazily in the model commands,
+``training``.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,8 @@ import logging
 
 import click
 
-from app.logs import configure_logging
-from app.settings import LogSettings, SettingsError
+from app.core.logs import configure_logging
+from app.core.settings import LogSettings, SettingsError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,17 +36,17 @@ def main(ctx: click.Context) -> None:
 
 
 # Each command lives with the code it drives; register it here (one line per module).
-from app.server import reload, serve  # noqa: E402
+from app.serving.server import reload, serve  # noqa: E402
 
 main.add_command(serve)
 main.add_command(reload)
-from app.modelcli import COMMANDS as _model_commands  # noqa: E402
+from app.cli.model import COMMANDS as _model_commands  # noqa: E402
 
 for _command in _model_commands:
     main.add_command(_command)
 from app.batch.command import extract  # noqa: E402
 
 main.add_command(extract)
-from app.sparkcli import spark_extract  # noqa: E402
+from app.spark.command import spark_extract  # noqa: E402
 
 main.add_command(spark_extract)

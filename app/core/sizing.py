@@ -22,7 +22,7 @@ RSS is estimated from the size on disk of every model it serves, each in its own
 its real RSS after warm-up and ``memory_warning`` repeats the check with that figure.
 
 Every reader takes the cgroup root and the ``/proc/self/cgroup`` path as arguments, so tests run on
-fake trees. The service (``app.settings``, ``deploy/gunicorn.conf.py``, ``spo serve --check-config``),
+fake trees. The service (``app.core.settings``, ``deploy/gunicorn.conf.py``, ``spo serve --check-config``),
 the batch command and the benchmarks all call ``plan``.
 """
 

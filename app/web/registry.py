@@ -1,7 +1,7 @@
 """The worker's models: one ``ModelSlot`` per name of ``Settings.model_table``, the first the default.
 
 ``SPO_MODELS=ner=models/ner,demo=models/demo`` serves two models; ``SPO_MODEL_DIR`` one (named after its
-directory). Each model is its own ``ModelSlot`` (``app.model_slot``): its own extractor, TensorFlow Session
+directory). Each model is its own ``ModelSlot`` (``app.web.model_slot``): its own extractor, TensorFlow Session
 and graph, loaded after the fork, finalized and warmed on its bucket shapes, and its own lock, so a call
 to one model never waits for another. The worker's memory is the sum of its models (docs/rest.md has
 the figures). ``ready`` is true only when every model is; ``/readyz`` answers 200 only then.
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.microbatch import MicroBatcher
-from app.model_slot import Loader, ModelSlot
-from app.settings import Settings
+from app.core.settings import Settings
+from app.web.microbatch import MicroBatcher
+from app.web.model_slot import Loader, ModelSlot
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
 - SIGTERM / SIGINT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
   gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
   is killed. The run directory is removed: no socket, pid file or temp file stays behind.
-- SIGHUP: passed to gunicorn's master, which reloads the model (``app.master``); ``spo reload`` does
+- SIGHUP: passed to gunicorn's master, which reloads the model (``app.serving.master``); ``spo reload`` does
   the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again. nginx is not
   reloaded: a new TLS certificate needs a restart.
 - A worker killed under a request: nginx sends that request once more, to another worker
@@ -36,7 +36,9 @@ from types import FrameType
 
 import click
 
-from app.settings import Settings
+from app.core.settings import Settings
+from app.serving.launch import gunicorn_command
+from app.serving.nginx import nginx_http2, render_nginx_conf
 
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 NGINX_MISSING = (
@@ -150,8 +152,6 @@ def serve_behind_nginx(
     environ: Mapping[str, str],
 ) -> int:
     """``spo serve --nginx``: render the config, start and supervise both; the exit code."""
-    from app.server import gunicorn_command, nginx_http2, render_nginx_conf
-
     nginx = find_nginx()
     if nginx is None:
         raise click.ClickException(NGINX_MISSING)

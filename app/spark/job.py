@@ -62,7 +62,7 @@ from app.batch.output import dumps_line
 from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
 from app.batch.stream import extract_windows
 from app.batch.workers import ExtractorFactory, InlineExecutor, WorkSpec
-from app.settings import DEFAULT_MODEL_DIR
+from app.core.settings import DEFAULT_MODEL_DIR
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     PRECISIONS,
@@ -416,7 +416,7 @@ def probe_executors(spark: SparkSession, job: _Job | None = None) -> dict[str, A
             "error": None,
         }
         try:
-            module = importlib.import_module("app.spark")
+            module = importlib.import_module("app.spark.job")
             for name in ("tensorflow", "bert4keras"):
                 if importlib.util.find_spec(name) is None:
                     raise ModuleNotFoundError(f"No module named {name!r}", name=name)

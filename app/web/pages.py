@@ -1,12 +1,12 @@
 """What a browser sees: the demo page at ``/``, interactive API docs at ``/docs``, and CORS.
 
 ``SPO_PAGES`` decides whether they are served: ``open`` (the default), ``auth`` (behind the API tokens,
-``app.auth``) or ``off`` (not at all: the page, its assets, ``/docs`` and ``/openapi.json`` are 404s).
+``app.web.auth``) or ``off`` (not at all: the page, its assets, ``/docs`` and ``/openapi.json`` are 404s).
 Every response under them carries ``X-Content-Type-Options: nosniff`` and a Content-Security-Policy
 that allows nothing from elsewhere: the page's is fixed; Swagger UI's allows its one inline script by
 its hash, computed for each answer (the script embeds the request's URL).
 
-Every asset is served by the app itself: the page's HTML, CSS and JavaScript from ``app/static``, Swagger
+Every asset is served by the app itself: the page's HTML, CSS and JavaScript from ``app/web/static``, Swagger
 UI's files from the ``flask-swagger-ui`` package (no CDN, no web font, no call to a validator service).
 The page calls the API like any client (``POST /v1/extract``, ``GET /readyz``), so what it shows is what
 the API answers, problems included.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from flask import Blueprint, Flask, Response, current_app, request
 
-from app.settings import Settings
+from app.core.settings import Settings
 
 DOCS_URL = "/docs"
 bp = Blueprint("web", __name__)

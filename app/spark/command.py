@@ -1,4 +1,4 @@
-"""``spo spark-extract``: the thin click command over ``app.spark.run_spark_extract``.
+"""``spo spark-extract``: the thin click command over ``app.spark.job.run_spark_extract``.
 
 ``pyspark`` is an optional extra: it is imported when the command runs, so ``spo --help`` and every
 other command work without it, and this one says how to install it.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from app.options import click_options
-from app.settings import model_directory
+from app.core.options import click_options
+from app.core.settings import model_directory
 
 INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spark)"
 
@@ -86,7 +86,7 @@ def spark_extract(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        from app import spark as spo_spark
+        from app.spark import job as spo_spark
     except ImportError as exc:
         raise click.ClickException(
             f"spark-extract needs PySpark ({exc.name} is missing): {INSTALL_HINT}"

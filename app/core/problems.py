@@ -4,7 +4,7 @@ Each ``Problem`` is a code, its HTTP status, what it means, and where it can app
 problem+json answer, listed in ``/openapi.json`` and ``docs/rest.md``) and ``batch`` (an error record or
 the message a failed ``spo extract`` run exits with, listed in ``docs/batch.md``), and whether the answer
 carries ``Retry-After``. The REST translator
-(``app.errors``), the batch error records (``app.batch``), the OpenAPI document (``app.openapi``) and the
+(``app.web.errors``), the batch error records (``app.batch``), the OpenAPI document (``app.web.openapi``) and the
 tests all read this table; adding a code is adding one line to it. Library errors (``nlp.errors``)
 carry their own ``code``, which must be catalogued here (a test checks every ``SpoError`` subclass).
 
@@ -70,7 +70,7 @@ def problem_for(code: str) -> Problem:
     try:
         return CATALOGUE[code]
     except KeyError:
-        raise KeyError(f"error code {code!r} is not in app.problems.CATALOGUE") from None
+        raise KeyError(f"error code {code!r} is not in app.core.problems.CATALOGUE") from None
 
 
 def codes(*, status: int | None = None, batch: bool | None = None) -> list[str]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psutil
 from flask import Blueprint, Flask, Response, current_app, g, has_request_context, request
 
-from app.settings import Settings
+from app.core.settings import Settings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -275,14 +275,14 @@ def _record(response: Response) -> Response:
         m.latency.labels(endpoint).observe(time.perf_counter() - started)
     m.requests.labels(endpoint, request.method, str(response.status_code)).inc()
     if response.mimetype == PROBLEM_MIMETYPE:
-        code = g.get("spo_problem_code", "unknown")  # set by app.errors.problem
+        code = g.get("spo_problem_code", "unknown")  # set by app.web.errors.problem
         m.refusals.labels(str(code), str(response.status_code)).inc()
     summary = request_summary()
     if "texts" in summary and response.status_code < 400:
         m.request_texts.observe(summary["texts"])
         if "tokens" in summary:
             m.request_tokens.observe(summary["tokens"])
-    # gunicorn's access log reads it from the WSGI environ (app.logs.AccessLogger).
+    # gunicorn's access log reads it from the WSGI environ (app.core.logs.AccessLogger).
     request.environ["spo.request"] = summary
     m.refresh_worker()
     return response
@@ -301,7 +301,7 @@ def _authorized(token: str | None) -> bool:
 def scrape() -> Response:
     settings: Settings = current_app.extensions["spo.settings"]
     if not _authorized(settings.metrics_token):
-        from app.errors import ApiError
+        from app.web.errors import ApiError
 
         raise ApiError(
             "unauthorized",
@@ -325,45 +325,3 @@ def init_app(app: Flask) -> Metrics:
         if model.batcher is not None:
             model.batcher.on_batch = m.observe_microbatch
     return m
-
-
-# -- the batch command -----------------------------------------------------------------------------
-def write_batch_textfile(path: str | Path, summary: Any) -> None:
-    """``spo extract --metrics-file``: the run's ``BatchSummary`` in the textfile-collector format
-    (node exporter's ``--collector.textfile.directory``; any ``*.prom`` file there is scraped).
-
-    Written atomically (a temporary file renamed over ``path``), so a collector never reads half.
-    """
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
-
-    registry = CollectorRegistry()
-
-    def gauge(name: str, doc: str, value: float) -> None:
-        Gauge(name, doc, registry=registry).set(value)
-
-    gauge(
-        "spo_batch_records", "Records written by the run (error records included).", summary.records
-    )
-    gauge("spo_batch_errors", "Error records written by the run.", summary.errors)
-    gauge(
-        "spo_batch_skipped_records",
-        "Records already in the output when it resumed.",
-        summary.skipped,
-    )
-    gauge(
-        "spo_batch_duration_seconds",
-        "From the first record read to the last written.",
-        summary.seconds,
-    )
-    gauge("spo_batch_texts_per_second", "Records per second.", summary.texts_per_second)
-    gauge("spo_batch_model_load_seconds", "Time to load the model.", summary.load_seconds)
-    gauge(
-        "spo_batch_worker_recycles",
-        "Worker processes replaced (--recycle-after, RSS).",
-        summary.recycled,
-    )
-    gauge(
-        "spo_batch_worker_restarts", "Worker processes restarted after a crash.", summary.restarted
-    )
-    gauge("spo_batch_last_run_timestamp_seconds", "When the run ended (Unix time).", time.time())
-    write_to_textfile(str(path), registry)

@@ -1,6 +1,6 @@
 """gunicorn's master for spo-service: checks the model before forking, reloads without a failed request.
 
-``spo serve`` runs ``python -m app.master`` (gunicorn's own command line and ``deploy/gunicorn.conf.py``)
+``spo serve`` runs ``python -m app.serving.master`` (gunicorn's own command line and ``deploy/gunicorn.conf.py``)
 instead of ``gunicorn``: the same master, with ``SpoArbiter`` deciding what a model that fails to load
 means. The master never imports TensorFlow; it validates ``model.json`` and the files it names
 (``check_model_dir``) and learns each worker's model state from the worker itself, over a pipe:
@@ -19,12 +19,12 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   started it, so a worker recycled later (``max_requests``, the RSS watchdog) loads the same version as
   its siblings, even after the symlink has moved. A recycled worker that cannot load it (the directory
   became unreadable) stays up: ``/healthz`` 200, ``/readyz`` and ``/v1/*`` 503 with the error's code,
-  and it retries with backoff (``app.model_slot``) until the directory is back.
+  and it retries with backoff (``app.web.model_slot``) until the directory is back.
 
 Settings travel as one value, parsed once: ``spo serve`` resolves them and hands them to the master in
 one serialized variable (``SETTINGS_VAR``, ``Settings.to_json``; an exec is needed for jemalloc's
 ``LD_PRELOAD``), which ``handed_settings`` reads once and removes from the environment; started
-otherwise (``python -m app.master`` by hand), the master parses ``SPO_*`` once instead. Each worker gets
+otherwise (``python -m app.serving.master`` by hand), the master parses ``SPO_*`` once instead. Each worker gets
 its generation's value by the fork (``SETTINGS``, read by ``worker_app``), never through ``os.environ``.
 A reload re-reads the model variables (``SPO_MODEL_DIR`` / ``SPO_MODELS``) of the environment once, in
 the master, so a moved symlink is followed; everything else stays as resolved at the start.
@@ -51,7 +51,7 @@ from gunicorn.app.wsgiapp import WSGIApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from app.settings import Settings, SettingsError
+from app.core.settings import Settings, SettingsError
 from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
 
@@ -140,7 +140,7 @@ def watch_worker(worker: Any) -> None:
         return
     slots = [m.slot for m in models]
 
-    # Several models (app.registry): the worker is ready when every one is, failed when any is.
+    # Several models (app.web.registry): the worker is ready when every one is, failed when any is.
     def send(_changed: Any = None) -> None:
         failed = [s for s in slots if s.error is not None and not s.ready]
         if failed:
@@ -381,7 +381,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Run the importable module, not this ``__main__`` copy: workers reach ``REPORT_FD`` as app.master's.
-    from app.master import main as _main
+    # Run the importable module, not this ``__main__`` copy: workers reach ``REPORT_FD`` as app.serving.master's.
+    from app.serving.master import main as _main
 
     _main()

@@ -2,14 +2,14 @@
 
 The tokens come from ``SPO_AUTH_TOKENS`` or, one a line, from ``SPO_AUTH_TOKENS_FILE`` (read when the
 settings are made: at start and on each reload, whose new workers serve what it says then;
-``app.settings``, ``app.master``). What they guard depends
+``app.core.settings``, ``app.serving.master``). What they guard depends
 on ``SPO_PAGES``:
 
 - ``open`` (the default, for the local demo): ``/v1/*`` only; the demo page, ``/docs`` and
   ``/openapi.json`` stay open;
 - ``auth``: every path but the probes (``/healthz``, ``/readyz``) and ``/metrics`` (which has its own
   token, ``SPO_METRICS_TOKEN``); an unknown path without a token is a 401, not a 404;
-- ``off``: as ``open``, and the pages are not served at all (``app.web``).
+- ``off``: as ``open``, and the pages are not served at all (``app.web.pages``).
 
 Tokens are compared in constant time (``hmac.compare_digest``) and never logged. A worker that found
 the tokens file unreadable (it changed after ``spo serve`` checked it) stays up and fails closed: every
@@ -23,8 +23,8 @@ import logging
 
 from flask import Flask, current_app, request
 
-from app.errors import ApiError
-from app.settings import Settings
+from app.core.settings import Settings
+from app.web.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,6 @@ def init_app(app: Flask) -> None:
             "file is fixed and the service reloaded (spo reload)",
             settings.auth_tokens_problem,
         )
-    # After the request id and the metrics timer (app.logs, app.metrics, registered before): a
+    # After the request id and the metrics timer (app.core.logs, app.web.metrics, registered before): a
     # refused request is logged and counted like any other.
     app.before_request(_authenticate)

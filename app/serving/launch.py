@@ -1,0 +1,73 @@
+"""How gunicorn is started for a resolved ``Settings``: its argv, its environment and the pid file.
+
+gunicorn needs a fresh process, because ``LD_PRELOAD`` only takes effect when a process starts: when
+jemalloc is wanted and installed (``SPO_JEMALLOC``, Debian ``libjemalloc2``) ``spo serve`` sets it and
+*execs* gunicorn, so the master and every worker it forks allocate through jemalloc. Across that exec
+the resolved value travels as one serialized variable (``app.serving.master.SETTINGS_VAR``,
+``Settings.to_json``), which the master reads once and removes; no ``SPO_*`` variable is written for it
+to parse again, and the workers get the value by the fork. Bind and workers are passed to gunicorn as
+flags too; arguments after ``--`` go to gunicorn untouched. gunicorn runs as
+``python -m app.serving.master``: its own master with the model-aware start and reload.
+
+``deploy/gunicorn.conf.py`` is package data (the ``spo_deploy`` package: ``deploy/`` in a checkout,
+``site-packages/spo_deploy`` when installed), found with importlib.resources so that ``spo serve``
+works from any directory.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from app.core.settings import JEMALLOC_PATH, Settings
+from app.serving.master import SETTINGS_VAR
+
+DEPLOY_DIR = Path(str(importlib.resources.files("spo_deploy")))
+GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"
+
+
+def default_pid_file(address: str) -> Path:
+    """Where the master's pid file goes unless ``SPO_PID_FILE`` says: one per public address.
+
+    >>> default_pid_file("127.0.0.1:8000").name
+    'spo-service-127.0.0.1-8000.pid'
+    """
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", address).strip("-")
+    return Path(tempfile.gettempdir()) / f"spo-service-{slug}.pid"
+
+
+def gunicorn_command(
+    settings: Settings,
+    extra: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    pid_file: Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that run gunicorn (``app.serving.master``) for ``settings``: the environment
+    is ``environ`` with ``settings`` in ``SETTINGS_VAR`` (and jemalloc's ``LD_PRELOAD``)."""
+    env = dict(os.environ if environ is None else environ)
+    env[SETTINGS_VAR] = settings.to_json()
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    if settings.use_jemalloc and str(JEMALLOC_PATH) not in preload:
+        env["LD_PRELOAD"] = ":".join([str(JEMALLOC_PATH), *preload])
+    elif not settings.jemalloc and str(JEMALLOC_PATH) in preload:
+        env["LD_PRELOAD"] = ":".join(p for p in preload if p != str(JEMALLOC_PATH))
+    argv = [
+        sys.executable,
+        "-m",
+        "app.serving.master",
+        "--config",
+        str(GUNICORN_CONF),
+        "--bind",
+        settings.bind,
+        "--workers",
+        str(settings.workers),
+        *(["--pid", str(pid_file)] if pid_file is not None else []),
+        *extra,
+    ]
+    return argv, env

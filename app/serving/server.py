@@ -1,0 +1,178 @@
+"""``spo serve`` and ``spo reload``: validate the settings and the model, then run gunicorn (alone, or
+behind nginx with ``--nginx``); send the running master SIGHUP.
+
+The settings are resolved once, here: ``SPO_*`` variables with the flags over them (flags win), the
+worker count sized (``app.core.sizing``), then handed to gunicorn (``app.serving.launch``: one
+serialized value across the exec that jemalloc's ``LD_PRELOAD`` needs). With ``--nginx HOST:PORT``,
+``app.serving.supervisor`` runs nginx there (``app.serving.nginx``) in front of gunicorn on a private
+unix socket and supervises both. Settings only nginx applies (``SPO_RATE_LIMIT``, TLS) are refused
+without ``--nginx`` (``nginx_only_problems``), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+
+from app.core.options import click_options
+from app.core.settings import Settings, SettingsError
+from app.serving.launch import default_pid_file, gunicorn_command
+from app.serving.master import check_model_dir
+from app.serving.nginx import nginx_only_problems
+from nlp.errors import SpoError
+
+# What --nginx accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]*:)?\d{1,5}$")
+
+
+def secret_warnings(settings: Settings) -> list[str]:
+    """Secret files (the tokens file, the TLS key) that every user of the machine may read."""
+    out = []
+    for var, path in (
+        ("SPO_AUTH_TOKENS_FILE", settings.auth_tokens_file),
+        ("SPO_TLS_KEY", settings.tls_key),
+    ):
+        if path is None:
+            continue
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o004:
+            out.append(
+                f"{var} {path} is readable by every user (mode {mode:04o}): make it 0400 or 0440 "
+                "(a Kubernetes Secret volume: defaultMode)"
+            )
+    return out
+
+
+def _settings(env: Mapping[str, str]) -> Settings:
+    try:
+        return Settings.from_env(env)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@click.command("serve", context_settings={"ignore_unknown_options": True})
+@click_options("serve")
+@click.option(
+    "--nginx",
+    "nginx_listen",
+    metavar="HOST:PORT",
+    help="Run nginx (Debian's) listening here in front of gunicorn on a private unix socket, and "
+    "supervise both (--bind is then not used). HTTPS with SPO_TLS_CERT and SPO_TLS_KEY; "
+    "SPO_RATE_LIMIT and TLS need it.",
+)
+@click.option(
+    "--check-config",
+    is_flag=True,
+    help="Validate settings and gunicorn config, print the resolved sizing and why, then exit.",
+)
+@click.argument("gunicorn_args", nargs=-1, type=click.UNPROCESSED)
+def serve(
+    bind: str | None,
+    workers: int | None,
+    nginx_listen: str | None,
+    check_config: bool,
+    gunicorn_args: tuple[str, ...],
+) -> None:
+    """Serve the REST API with gunicorn, or nginx + gunicorn with --nginx (configured by SPO_*
+    variables; see docs/rest.md). SIGHUP (or `spo reload`) reloads the model without dropping a
+    request; SIGTERM/SIGINT stop everything gracefully."""
+    # The one parse: the environment with the flags over it (a local mapping, not os.environ).
+    flags = {"SPO_BIND": bind, "SPO_WORKERS": None if workers is None else str(workers)}
+    settings = _settings({**os.environ, **{k: v for k, v in flags.items() if v is not None}})
+    if nginx_listen is not None and not _LISTEN.match(nginx_listen):
+        raise click.BadParameter(
+            f"expected HOST:PORT or PORT, got {nginx_listen!r}", param_hint="--nginx"
+        )
+    unapplied = nginx_only_problems(settings) if nginx_listen is None else []
+    if unapplied:
+        raise click.UsageError(
+            "settings that cannot take effect:\n" + "\n".join(f"  {p}" for p in unapplied)
+        )
+    # The model is checked here, without TensorFlow, so a bad one fails at once with its reason
+    # (what only TensorFlow can find fails the first worker, which halts the server: app.serving.master).
+    checked = []
+    for name, directory in settings.model_table:
+        try:
+            checked.append(((name, directory), check_model_dir(directory)))
+        except SpoError as exc:
+            raise click.ClickException(f"cannot serve {directory}: {exc.message}") from None
+    address = nginx_listen if nginx_listen is not None else settings.bind
+    pid_file = settings.pid_file or default_pid_file(address)
+    extra = list(gunicorn_args)
+    sizing = settings.sizing()
+    if check_config:
+        extra.append("--check-config")
+        click.echo("resolved sizing (app.core.sizing):")
+        for line in sizing.lines():
+            click.echo(f"  {line}")
+    else:
+        for warning in [*sizing.warnings, *secret_warnings(settings)]:
+            click.echo(f"spo serve: WARNING: {warning}", err=True)
+    if nginx_listen is not None and not check_config:
+        from app.serving.supervisor import serve_behind_nginx
+
+        sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, os.environ))
+    argv, child_env = gunicorn_command(settings, extra, os.environ, pid_file=pid_file)
+    click.echo(
+        f"spo serve: {', '.join(f'{n}={m.name} v{m.version} from {d}' for (n, d), m in checked)} "
+        f"on {settings.bind}, {settings.workers} worker(s)"
+        f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}; "
+        f"pid file {pid_file}",
+        err=True,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, child_env)
+
+
+@click.command("reload")
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The master's pid file (default: SPO_PID_FILE, else the one `spo serve` derives from "
+    "--nginx or --bind).",
+)
+@click.option(
+    "--bind", "-b", help="The address `spo serve --bind` was given (to find its pid file)."
+)
+@click.option("--nginx", "nginx_listen", metavar="HOST:PORT", help="The address given to --nginx.")
+def reload(pid_file: Path | None, bind: str | None, nginx_listen: str | None) -> None:
+    """Reload the model of a running `spo serve` (SIGHUP to its gunicorn master).
+
+    Switch the model directory first (for example the symlink SPO_MODEL_DIR points to). The new model
+    is loaded in new workers while the old ones serve; the log says "reload done" (or why it was
+    refused or failed, in which case the old model goes on serving). See docs/rest.md.
+    """
+    if pid_file is None:
+        env = dict(os.environ)
+        if bind is not None:
+            env["SPO_BIND"] = bind
+        settings = _settings(env)
+        pid_file = settings.pid_file or default_pid_file(nginx_listen or settings.bind)
+    try:
+        pid = int(pid_file.read_text().strip())
+    except FileNotFoundError:
+        raise click.ClickException(
+            f"no pid file {pid_file}: is `spo serve` running? (give --pid-file, --bind or --nginx)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read the pid file {pid_file}: {exc}") from None
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise click.ClickException(f"stale pid file {pid_file}: no process {pid}") from None
+    except PermissionError:
+        raise click.ClickException(
+            f"not allowed to signal process {pid} (another user's?)"
+        ) from None
+    click.echo(
+        f"spo reload: sent SIGHUP to the gunicorn master {pid}; it logs 'reload done' once every "
+        "worker serves the new model (GET /v1/model shows its version)",
+        err=True,
+    )
