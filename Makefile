@@ -112,9 +112,9 @@ bench: $(DEV_STAMP) $(ONNX_STAMP)  ## run the benchmarks (hours at full counts; 
 	bash bench/setup.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (about 25 min on 2 idle CPU cores)
+demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (43 min on 2 shared CPU cores)
 	$(BIN)/spo make-corpus data/train.jsonl --n 48000 --seed 1
-	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 4000 --lr 2e-3 --warmup 300 --dropout 0 --max-minutes 29 --seed 1
+	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 6000 --lr 1e-3 --warmup 300 --dropout 0 --max-minutes 55 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
@@ -122,7 +122,7 @@ demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (abou
 
 ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (about 30 min on 2 busy CPU cores)
 	$(BIN)/spo make-corpus data/train.jsonl --n 48000 --seed 1
-	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 3000 --lr 2e-3 --warmup 200 --dropout 0 --max-minutes 65 --seed 1
+	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 4000 --lr 1e-3 --warmup 300 --dropout 0 --max-minutes 55 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/ner
 
