@@ -115,7 +115,7 @@ serve: venv  ## serve models/demo (triples, the default) and models/ner (entitie
 	@if [ -z "$$SPO_MODELS$$SPO_MODEL_DIR" ]; then export SPO_MODELS=demo=models/demo,ner=models/ner; fi; \
 	$(BIN)/spo serve
 
-bench: $(DEV_STAMP) $(ONNX_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
+bench: $(DEV_STAMP) $(ONNX_STAMP) $(OPENVINO_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
 	bash bench/setup.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
 

@@ -268,9 +268,12 @@ def run(
     concurrency: Sequence[int] = CONCURRENCY,
     seconds: int = SECONDS,
 ) -> dict[str, Any]:
+    from app.serving.supervisor import find_nginx
     from bench.http_load import require_wrk
 
     require_wrk()
+    if find_nginx() is None:
+        raise SystemExit("nginx is not installed: run `bash bench/setup.sh`")
     for s in sizings:
         parse_sizing(s)
     dirs = engine_dirs(engines, cpu_info()["bf16"])
