@@ -49,7 +49,7 @@ ORT_RUNTIMES = ("ort-fp32", "ort-int8")
 OV_RUNTIMES = {
     "ov-fp32": ("fp32", "fp32"),
     "ov-bf16": ("fp32", "bf16"),
-    "ov-int8": ("int8", "fp32"),
+    "ov-int8": ("int8", "int8"),
 }
 CALIBRATION_TEXTS = 300
 CALIBRATION_SEED = 106  # the workload's is bench.workload.SEED (6): calibration texts are others
@@ -133,7 +133,7 @@ def ov_runtimes(dirs: dict[str, str], bf16_cpu: bool) -> dict[str, tuple[str, st
     """``{runtime: (model_dir, precision)}`` for the OpenVINO columns; ``ov-bf16`` only on a bf16 CPU.
 
     >>> sorted(ov_runtimes({"fp32": "f", "int8": "i"}, bf16_cpu=False).items())
-    [('ov-fp32', ('f', 'fp32')), ('ov-int8', ('i', 'fp32'))]
+    [('ov-fp32', ('f', 'fp32')), ('ov-int8', ('i', 'int8'))]
     """
     return {
         name: (dirs[conversion], precision)

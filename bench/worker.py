@@ -378,10 +378,15 @@ def peer(args: argparse.Namespace) -> dict[str, Any]:
             converted = load_manifest(model_dir)
             assert converted.engine_spec is not None
             started = time.perf_counter()
+            # The conversion names its own inputs and outputs (no ``:0`` tensor suffixes).
+            own = common | {
+                "input_names": converted.input_names,
+                "output_names": converted.output_names,
+            }
             runtimes[name] = OpenVinoRuntime(
                 converted.engine_spec.file,
                 precision=precision,
-                **common,  # type: ignore[arg-type]
+                **own,  # type: ignore[arg-type]
             )
             loads[name] = {"load_warm_s": round(time.perf_counter() - started, 1)}
             print(

@@ -232,8 +232,8 @@ def test_bench_peer_sends_the_openvino_conversions_to_the_worker(
 @pytest.mark.parametrize(
     ("bf16_cpu", "expected"),
     [
-        (True, {"ov-fp32": ("f", "fp32"), "ov-bf16": ("f", "bf16"), "ov-int8": ("i", "fp32")}),
-        (False, {"ov-fp32": ("f", "fp32"), "ov-int8": ("i", "fp32")}),
+        (True, {"ov-fp32": ("f", "fp32"), "ov-bf16": ("f", "bf16"), "ov-int8": ("i", "int8")}),
+        (False, {"ov-fp32": ("f", "fp32"), "ov-int8": ("i", "int8")}),
     ],
 )
 def test_bench_peer_openvino_default_precision_is_bf16_only_on_a_bf16_cpu(
