@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CACHE_DIR, PROJECT_ROOT, cpu_info, read_result, stop, write_result
-from bench.http_load import _free_port, _wait_ready, run_wrk, write_wrk_script, wrk_errors
+from bench.http_load import _free_port, run_wrk, write_wrk_script, wrk_errors
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +120,22 @@ def faster_onnx(peer: dict[str, Any] | None) -> str:
     return max(speeds, key=lambda r: speeds[r]) if len(speeds) == 2 else "ort-int8"
 
 
+# The openvino engine's workers crash at load (SIGSEGV, SIGBUS, "free(): invalid size") when spo serve
+# preloads jemalloc (its default where libjemalloc2 is installed); without it they serve. Until the
+# engine says so itself, its runs here go without jemalloc, and the result records that.
+NO_JEMALLOC_PREFIX = "ov-"
+# A configuration whose workers died this many times before serving is given up, not waited for.
+CRASHES = 3
+
+
 def _serve(
-    model_dir: str, precision: str | None, workers: int, intra: int, log_path: Path, port: int
+    model_dir: str,
+    precision: str | None,
+    workers: int,
+    intra: int,
+    log_path: Path,
+    port: int,
+    jemalloc: bool = True,
 ) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPO_")}
     env.update({
@@ -134,6 +149,8 @@ def _serve(
     })  # fmt: skip
     if precision:
         env["SPO_PRECISION"] = precision
+    if not jemalloc:
+        env["SPO_JEMALLOC"] = "0"
     spo = str(Path(sys.executable).with_name("spo"))
     with log_path.open("w") as log:
         return subprocess.Popen(
@@ -143,6 +160,34 @@ def _serve(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def crashed_workers(log: str) -> int:
+    """Worker deaths by signal in a gunicorn log (``Worker (pid:N) was sent SIGSEGV!``).
+
+    >>> crashed_workers("Worker (pid:1) was sent SIGBUS!\\nWorker (pid:2) was sent SIGSEGV!")
+    2
+    """
+    return len(re.findall(r"Worker \(pid:\d+\) was sent SIG[A-Z]+", log))
+
+
+def _wait_serving(
+    server: subprocess.Popen[bytes], log_path: Path, workers: int, timeout: float = 600
+) -> None:
+    """Until every worker logged it is ready; ``RuntimeError`` once ``CRASHES`` workers died first."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"spo serve exited ({server.returncode}); see {log_path}")
+        log = log_path.read_text(errors="replace")
+        if log.count("ready: model loaded") >= workers:
+            return
+        if crashed_workers(log) >= CRASHES:
+            raise RuntimeError(
+                f"{crashed_workers(log)} workers crashed while loading; see {log_path}"
+            )
+        time.sleep(1.0)
+    raise TimeoutError(f"workers not ready after {timeout}s; see {log_path}")
 
 
 def _wait_answering(port: int, server: subprocess.Popen[bytes], timeout: float = 120) -> None:
@@ -176,10 +221,11 @@ def measure(
     log_path = work / f"serve-{name}-{sizing}.log"
     port = _free_port()
     started = time.perf_counter()
-    server = _serve(model_dir, precision, workers, intra, log_path, port)
+    jemalloc = not name.startswith(NO_JEMALLOC_PREFIX)
+    server = _serve(model_dir, precision, workers, intra, log_path, port, jemalloc)
     rows = []
     try:
-        _wait_ready(server, log_path, workers, timeout=600)
+        _wait_serving(server, log_path, workers)
         _wait_answering(port, server)
         startup = round(time.perf_counter() - started, 1)
         logger.info("%s %s: serving after %.0f s", name, sizing, startup)
@@ -189,7 +235,7 @@ def measure(
             stats, _ = run_wrk(port, script, done_dir, wrk_threads=wrk_threads, concurrency=c,
                                max_seconds=seconds)  # fmt: skip
             row = summarize(stats)
-            row |= {"engine": name, "sizing": sizing, "workers": workers,
+            row |= {"engine": name, "sizing": sizing, "workers": workers, "jemalloc": jemalloc,
                     "intra_op_threads": intra, "concurrency": c, "startup_s": startup}  # fmt: skip
             logger.info(
                 "%s %s c=%d: %.1f requests/s, p50 %.0f ms, p99 %.0f ms, %d errors",
@@ -285,10 +331,15 @@ def run(
         "concurrency": list(concurrency),
         "seconds_per_run": seconds,
         "runs": runs,
+        "failed": [],
     }
     for sizing in sizings:
         for name, (model_dir, precision) in dirs.items():
-            runs += measure(name, model_dir, precision, sizing, concurrency, seconds)
+            try:
+                runs += measure(name, model_dir, precision, sizing, concurrency, seconds)
+            except (RuntimeError, TimeoutError) as exc:
+                logger.warning("%s %s: not measured: %s", name, sizing, exc)
+                doc["failed"].append({"engine": name, "sizing": sizing, "error": str(exc)})
             doc["chosen"] = choose_sizing(runs)
             write_result(
                 "http_peers", doc

@@ -309,6 +309,15 @@ def http_peers_table(doc: dict[str, Any] | None) -> list[str]:
 
     chosen = doc.get("chosen", {})
     wins = ", ".join(f"{s}: {n}" for s, n in chosen.get("wins", {}).items())
+    failed = [
+        f"- {f['engine']} {f['sizing']}: not measured: {f['error']}" for f in doc.get("failed", [])
+    ]
+    no_jemalloc = sorted({r["engine"] for r in doc["runs"] if r.get("jemalloc") is False})
+    notes = (
+        [f"Served without jemalloc (it crashes their workers): {', '.join(no_jemalloc)}."]
+        if no_jemalloc
+        else []
+    )
     return [
         f"### Service-level peers (spo serve --nginx, single-text requests, {doc['seconds_per_run']} s "
         f"per engine, sizing and concurrency; {_on(doc)})",
@@ -317,6 +326,8 @@ def http_peers_table(doc: dict[str, Any] | None) -> list[str]:
         "",
         f"Default sizing here: {doc['default_sizing']}; the measurement favours "
         f"{chosen.get('sizing')} (highest requests/s per engine and concurrency: {wins}).",
+        *notes,
+        *failed,
         "",
     ]
 

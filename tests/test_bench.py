@@ -363,3 +363,17 @@ def test_bench_doctests_hold(module: str) -> None:
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_bench_http_peers_counts_workers_killed_by_a_signal() -> None:
+    from bench.http_peers import crashed_workers
+
+    log = (
+        "INFO Booting worker with pid: 7\n"
+        "WARNING gunicorn.error Worker (pid:7) was sent SIGBUS!\n"
+        "free(): invalid size\n"
+        "WARNING gunicorn.error Worker (pid:8) was sent SIGSEGV!\n"
+        "INFO worker 9 ready: model loaded and warmed\n"
+    )
+    assert crashed_workers(log) == 2
+    assert crashed_workers("INFO worker 9 ready: model loaded and warmed\n") == 0
