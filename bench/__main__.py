@@ -71,7 +71,7 @@ OPTIONS: tuple[tuple[str, type, object, str], ...] = (
     ("--peer-texts", int, 600, "peer: workload texts per runtime"),
     ("--peer-rounds", int, 2, "peer: interleaved per-call rounds"),
     ("--matmul-seconds", float, 1.0, "matmul: seconds per shape and precision"),
-    ("--http-seconds", int, 20, "http-peers: seconds per engine, sizing and concurrency"),
+    ("--http-seconds", int, 15, "http-peers: seconds per engine, sizing and concurrency"),
     ("--http-concurrency", str, "1,4,16", "http-peers: comma-separated wrk connection counts"),
     ("--http-engines", str, "tf-fp32,tf-int8,onnx,ov-int8,ov-default", "http-peers: comma-separated engines"),
     ("--http-sizings", str, "1x2,2x1", "http-peers: comma-separated WORKERSxTHREADS sizings"),

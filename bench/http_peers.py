@@ -12,7 +12,7 @@ CPUs // workers) is recorded beside the measurement, and ``choose_sizing`` says 
 measurement favours, so the default can follow it.
 
 Duration: about (start-up + len(concurrency) x seconds) per engine and sizing: with the defaults (5
-engines, 2 sizings, 20 s, 3 concurrencies) about 15 minutes on 2 cores.
+engines, 2 sizings, 15 s, 3 concurrencies; start-up 35-65 s each) about 15 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 ENGINES = ("tf-fp32", "tf-int8", "onnx", "ov-int8", "ov-default")
 SIZINGS = ("1x2", "2x1")
 CONCURRENCY = (1, 4, 16)
-SECONDS = 20
+SECONDS = 15
 # wrk stops on time (-d), never on a count: a count no run reaches.
 UNBOUNDED = 10**9
 
