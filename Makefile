@@ -12,12 +12,13 @@ STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 TRAINING_STAMP := $(VENV)/.installed-training
 ONNX_STAMP := $(VENV)/.installed-onnx
+OPENVINO_STAMP := $(VENV)/.installed-openvino
 SPARK_STAMP := $(VENV)/.installed-spark
 QUANTIZE_STAMP := $(VENV)/.installed-quantize
 
 .DEFAULT_GOAL := help
 , := ,
-.PHONY: help venv dev extra-training extra-onnx extra-spark extra-quantize lock check format test test-deploy test-fast serve bench demo-model ner-model image clean
+.PHONY: help venv dev extra-training extra-onnx extra-openvino extra-spark extra-quantize lock check format test test-deploy test-fast serve bench demo-model ner-model image clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -59,6 +60,12 @@ $(ONNX_STAMP): $(STAMP) requirements-onnx.lock
 	$(BIN)/pip install -q -r requirements-onnx.lock
 	@touch $@
 
+extra-openvino: $(OPENVINO_STAMP)  ## install the optional openvino extra (openvino engine, spo export-openvino)
+
+$(OPENVINO_STAMP): $(STAMP) requirements-openvino.lock
+	$(BIN)/pip install -q -r requirements-openvino.lock
+	@touch $@
+
 extra-spark: $(SPARK_STAMP)  ## install the optional spark extra (spo spark-extract)
 
 $(SPARK_STAMP): $(STAMP) requirements-spark.lock
@@ -82,7 +89,7 @@ UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --universal --python-version 3
 lock: $(DEV_STAMP)  ## regenerate every requirements*.lock from pyproject.toml with uv (LOCK_ARGS=--upgrade moves pins)
 	$(UV_COMPILE) -o requirements.lock
 	$(UV_COMPILE) --extra dev --extra training -c requirements.lock -o requirements-dev.lock
-	for extra in training onnx spark quantize; do \
+	for extra in training onnx openvino spark quantize; do \
 		$(UV_COMPILE) --extra $$extra -c requirements-dev.lock -o requirements-$$extra.lock || exit 1; \
 	done
 
@@ -95,7 +102,7 @@ format: $(DEV_STAMP)  ## apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: $(DEV_STAMP) $(ONNX_STAMP) $(SPARK_STAMP) $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included (not test-deploy's)
+test: $(DEV_STAMP) $(ONNX_STAMP) $(OPENVINO_STAMP) $(SPARK_STAMP) $(QUANTIZE_STAMP)  ## the whole test suite, slow and live tests included (not test-deploy's)
 	$(BIN)/pytest -m "not deploy"
 
 test-deploy: $(DEV_STAMP) $(SPARK_STAMP)  ## the container image (needs Docker) and the Spark standalone cluster tests
@@ -108,7 +115,7 @@ serve: venv  ## serve models/demo (triples, the default) and models/ner (entitie
 	@if [ -z "$$SPO_MODELS$$SPO_MODEL_DIR" ]; then export SPO_MODELS=demo=models/demo,ner=models/ner; fi; \
 	$(BIN)/spo serve
 
-bench: $(DEV_STAMP) $(ONNX_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
+bench: $(DEV_STAMP) $(ONNX_STAMP) $(OPENVINO_STAMP)  ## run the benchmarks (hours at full counts; BENCH_ARGS="--requests 2000" to reduce; writes bench/results/)
 	bash bench/setup.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
 

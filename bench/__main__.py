@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|profile|peer|threads|http|microbatch|limits|report]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|profile|matmul|peer|threads|http|http-peers|microbatch|limits|report]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -25,9 +25,11 @@ STEPS = (
     "int8",
     "percall",
     "profile",
+    "matmul",
     "peer",
     "threads",
     "http",
+    "http-peers",
     "microbatch",
     "limits",
     "report",
@@ -36,7 +38,18 @@ STEPS = (
 # Steps that load the cached RBT6 benchmark model and need it built first (``bench.rbt6.build_model``).
 # ``profile`` and ``peer`` build it themselves (``peer`` only once ONNX Runtime is there to compare).
 NEEDS_RBT6 = frozenset(
-    {"memory", "batch", "precision", "int8", "percall", "threads", "http", "microbatch", "limits"}
+    {
+        "memory",
+        "batch",
+        "precision",
+        "int8",
+        "percall",
+        "threads",
+        "http",
+        "http-peers",
+        "microbatch",
+        "limits",
+    }
 )
 
 
@@ -56,6 +69,12 @@ OPTIONS: tuple[tuple[str, type, object, str], ...] = (
     ("--microbatch-waits", str, "0,5", "microbatch: comma-separated SPO_MICROBATCH_WAIT_MS values (0 = off, the baseline)"),
     ("--microbatch-workers", int, 2, "microbatch: gunicorn workers"),
     ("--peer-texts", int, 600, "peer: workload texts per runtime"),
+    ("--peer-rounds", int, 2, "peer: interleaved per-call rounds"),
+    ("--matmul-seconds", float, 1.0, "matmul: seconds per shape and precision"),
+    ("--http-seconds", int, 15, "http-peers: seconds per engine, sizing and concurrency"),
+    ("--http-concurrency", str, "1,4,16", "http-peers: comma-separated wrk connection counts"),
+    ("--http-engines", str, "tf-fp32,tf-int8,onnx,ov-int8,ov-default", "http-peers: comma-separated engines"),
+    ("--http-sizings", str, "1x2,2x1", "http-peers: comma-separated WORKERSxTHREADS sizings"),
     ("--worst-texts", int, None, "limits: run only this many texts of the worst-case request (the rest extrapolated)"),
     ("--limits-repeats", int, 3, "limits: timed runs per per-token size"),
 )  # fmt: skip
@@ -135,7 +154,30 @@ def _run_step(step: str, args: argparse.Namespace, parser: argparse.ArgumentPars
     elif step == "peer":
         from bench import peer
 
-        peer.run(intra=args.intra, inter=args.inter, texts=args.peer_texts)
+        peer.run(intra=args.intra, inter=args.inter, texts=args.peer_texts, rounds=args.peer_rounds)
+    elif step == "matmul":
+        from bench import matmul
+
+        matmul.run(threads=args.intra, seconds=args.matmul_seconds)
+    elif step == "http-peers":
+        from bench import http_peers
+
+        engines = tuple(e for e in args.http_engines.split(",") if e)
+        unknown = set(engines) - set(http_peers.ENGINES)
+        if unknown:
+            parser.error(f"--http-engines: unknown {', '.join(sorted(unknown))}; "
+                         f"one of {','.join(http_peers.ENGINES)}")  # fmt: skip
+        sizings = tuple(s for s in args.http_sizings.split(",") if s)
+        try:
+            concurrency = tuple(int(c) for c in args.http_concurrency.split(",") if c.strip())
+            for s in sizings:
+                http_peers.parse_sizing(s)
+        except ValueError as exc:
+            parser.error(f"--http-concurrency / --http-sizings: {exc}")
+        if not concurrency or min(concurrency) < 1:
+            parser.error("--http-concurrency: positive integers")
+        http_peers.run(engines=engines, sizings=sizings, concurrency=concurrency,
+                       seconds=args.http_seconds)  # fmt: skip
     elif step == "threads":
         from bench import threads
 

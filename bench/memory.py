@@ -7,7 +7,7 @@ from typing import Any
 
 from bench.common import cpu_info, read_result, write_result
 from bench.runner import run_worker
-from bench.runtimes import ORT, RUNTIMES
+from bench.runtimes import ORT, OV, RUNTIMES
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,15 @@ def run(
         except OnnxExportError as exc:
             logger.warning("%s skipped: %s", ", ".join(r for r in runtimes if r in ORT), exc)
             runtimes = tuple(r for r in runtimes if r not in ORT)
+    if any(r in OV for r in runtimes):
+        from bench.peer import openvino_dirs, openvino_missing
+
+        missing = openvino_missing()
+        if missing is None:
+            openvino_dirs()  # converted here, so the workers' RSS is the engine's alone
+        else:
+            logger.warning("%s skipped: %s", ", ".join(r for r in runtimes if r in OV), missing)
+            runtimes = tuple(r for r in runtimes if r not in OV)
     for name in runtimes:
         if name == "spo-int8":
             from bench.rbt6 import build_int8

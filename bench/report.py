@@ -213,11 +213,13 @@ def tables() -> str:
             "",
         ]
     out += percall_table(read_result("percall"))
+    out += matmul_table(read_result("matmul"))
     out += peer_table(read_result("peer"))
     out += profile_table(read_result("profile"))
     out += precision_table(read_result("precision"))
     out += int8_table(read_result("int8"))
     out += microbatch_table(read_result("microbatch"))
+    out += http_peers_table(read_result("http_peers"))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -243,19 +245,31 @@ def percall_table(doc: dict[str, Any] | None) -> list[str]:
 
 
 def peer_table(doc: dict[str, Any] | None) -> list[str]:
-    """spo's precisions and ONNX Runtime, interleaved (``bench/peer.py``), and the targets' verdicts."""
+    """spo's precisions, ONNX Runtime and OpenVINO, interleaved (``bench/peer.py``), each call as a
+    share of the measured matmul peak of its precision, and the targets' verdicts."""
     if not doc:
         return []
-    from bench.peer import table, targets
+    from bench.peer import share_table, table, targets
 
+    openvino = doc.get("openvino", "compared")
     out = [
-        f"### spo against ONNX Runtime (median ms per call, {doc['rounds']} interleaved rounds of "
-        f"{doc['calls_per_round']} calls; in brackets: speed-up over spo-fp32; intra-op "
+        f"### spo against ONNX Runtime and OpenVINO (median ms per call, {doc['rounds']} interleaved "
+        f"rounds of {doc['calls_per_round']} calls; in brackets: speed-up over spo-fp32; intra-op "
         f"{doc['intra_op_threads']}; {_on(doc)})",
         "",
+        *([] if openvino == "compared" else [f"OpenVINO not compared: {openvino}.", ""]),
         *table(doc),
         "",
     ]
+    shares = share_table(doc)
+    if shares:
+        out += [
+            "Each call as a share of the measured matmul peak of its precision (`python -m bench "
+            "matmul`; model FLOPs per token from `bench/rbt6.py`):",
+            "",
+            *shares,
+            "",
+        ]
     for name, verdict in targets(doc).items():  # recomputed: the rule may be newer than the run
         ratios = ", ".join(f"{k}: {v:.2f}" for k, v in verdict["ratios"].items())
         mode = f" ({verdict['mode']})" if "mode" in verdict else ""
@@ -263,12 +277,59 @@ def peer_table(doc: dict[str, Any] | None) -> list[str]:
             f"; {other}: " + ", ".join(f"{k}: {v:.2f}" for k, v in ratios_.items())
             for other, ratios_ in verdict.get("others", {}).items()
         )
+        what = verdict.get("what", "latency ratio to the peer")
         out.append(
             f"- {name}{mode}: **{'met' if verdict['met'] else 'not met'}** "
-            f"(latency ratio to the peer: {ratios}{others})"
+            f"({what}: {ratios}{others})"
         )
     out.append("")
     return out
+
+
+def matmul_table(doc: dict[str, Any] | None) -> list[str]:
+    """The measured matmul peak per precision (``bench/matmul.py``)."""
+    if not doc:
+        return []
+    from bench.matmul import table
+
+    return [
+        f"### Matmul peak per precision ({doc['engine']}, {doc['threads']} threads, best call of "
+        f"{doc['seconds_per_shape']:g} s per shape; {_on(doc)})",
+        "",
+        *table(doc),
+        "",
+    ]
+
+
+def http_peers_table(doc: dict[str, Any] | None) -> list[str]:
+    """The same HTTP workload through nginx against each engine (``bench/http_peers.py``)."""
+    if not doc:
+        return []
+    from bench.http_peers import table
+
+    chosen = doc.get("chosen", {})
+    wins = ", ".join(f"{s}: {n}" for s, n in chosen.get("wins", {}).items())
+    failed = [
+        f"- {f['engine']} {f['sizing']}: not measured: {f['error']}" for f in doc.get("failed", [])
+    ]
+    no_jemalloc = sorted({r["engine"] for r in doc["runs"] if r.get("jemalloc") is False})
+    notes = (
+        [f"Served without jemalloc (it crashes their workers): {', '.join(no_jemalloc)}."]
+        if no_jemalloc
+        else []
+    )
+    return [
+        f"### Service-level peers (spo serve --nginx, single-text requests, {doc['seconds_per_run']} s "
+        f"per engine, sizing and concurrency; {_on(doc)})",
+        "",
+        *table(doc),
+        "",
+        f"Default sizing here: {doc['default_sizing']}; the measurement favours "
+        f"{chosen.get('sizing')} (highest requests/s per engine and concurrency: {wins}).",
+        *notes,
+        *failed,
+        "",
+    ]
 
 
 def profile_table(doc: dict[str, Any] | None) -> list[str]:

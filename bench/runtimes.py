@@ -13,6 +13,8 @@ decoding), so only the model call differs:
 - ``ort-fp32`` / ``ort-int8``: ``Extractor.load`` of the ONNX conversions of the graph export
   (``bench.peer.onnx_dirs``): the opt-in ``onnx`` engine, ONNX Runtime behind the same buckets.
 - ``spo-int8``: ``spo`` over the int8 copy of the graph export (``spo quantize``, ``precision="int8"``).
+- ``ov-fp32`` / ``ov-int8``: ``Extractor.load`` of the OpenVINO conversions of the graph export
+  (``bench.peer.openvino_dirs``; int8 by NNCF): the opt-in ``openvino`` engine behind the same buckets.
 
 Each naive runtime implements ``nlp.protocols.Runtime``, the interface ``Extractor`` runs its model
 through. TensorFlow is imported inside the functions: a process picks one runtime.
@@ -41,9 +43,12 @@ RUNTIMES = (
     "ort-fp32",
     "ort-int8",
     "spo-int8",
+    "ov-fp32",
+    "ov-int8",
 )
 NAIVE = ("tf2-call", "tf2-signature", "tf2-function")
 ORT = ("ort-fp32", "ort-int8")
+OV = ("ov-fp32", "ov-int8")
 
 
 class NaiveRuntime:
@@ -105,6 +110,16 @@ def extractor_for(
 
         return load_extractor(
             LoadOptions(Path(onnx_dirs()[kind]), intra_op_threads=intra, inter_op_threads=inter)
+        )
+    if kind in OV:
+        from bench.peer import openvino_dirs
+
+        return load_extractor(
+            LoadOptions(
+                Path(openvino_dirs()[kind.split("-")[1]]),
+                intra_op_threads=intra,
+                inter_op_threads=inter,
+            )
         )
     if kind == "spo-int8":
         precision = "int8"

@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow is imported)
-from bench.common import MIB, RAW_DIR, cdf_points, percentiles_ms, slope_second_half
+from bench.common import MIB, RAW_DIR, cdf_points, cpu_info, percentiles_ms, slope_second_half
 from bench.rbt6 import flops_per_token, int8_dir, model_dirs, vocab_size
 from bench.runtimes import NAIVE, extractor_for
 from bench.workload import request_texts, texts
@@ -328,8 +328,8 @@ def _spo_modes(dirs: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 def peer(args: argparse.Namespace) -> dict[str, Any]:
-    """spo's precisions and ONNX Runtime, interleaved in one process (``bench.peer``)."""
-    from bench.peer import CALLS, SHAPES, WORKLOAD_BLOCK, onnx_dirs
+    """spo's precisions, ONNX Runtime and OpenVINO, interleaved in one process (``bench.peer``)."""
+    from bench.peer import CALLS, SHAPES, WORKLOAD_BLOCK, onnx_dirs, ov_runtimes
     from nlp.bucketing import BucketSpec
     from nlp.manifest import load_manifest
     from nlp.onnx_runtime import OnnxRuntime
@@ -368,6 +368,30 @@ def peer(args: argparse.Namespace) -> dict[str, Any]:
         runtimes[name] = OnnxRuntime(converted.engine_spec.file, **common)  # type: ignore[arg-type]
         loads[name] = {"load_warm_s": round(time.perf_counter() - started, 1)}
         print(f"peer: {name} loaded and warmed in {loads[name]['load_warm_s']} s", file=sys.stderr)
+    # OpenVINO, when the parent converted the model for it (``--mode-dir openvino-<precision>=DIR``).
+    ov_dirs = {k.split("-", 1)[1]: v for k, v in dirs.items() if k.startswith("openvino-")}
+    if ov_dirs:
+        from nlp.openvino_runtime import OpenVinoRuntime
+
+        bf16_cpu = cpu_info()["bf16"]
+        for name, (model_dir, precision) in ov_runtimes(ov_dirs, bf16_cpu).items():
+            converted = load_manifest(model_dir)
+            assert converted.engine_spec is not None
+            started = time.perf_counter()
+            # The conversion names its own inputs and outputs (no ``:0`` tensor suffixes).
+            own = common | {
+                "input_names": converted.input_names,
+                "output_names": converted.output_names,
+            }
+            runtimes[name] = OpenVinoRuntime(
+                converted.engine_spec.file,
+                precision=precision,
+                **own,  # type: ignore[arg-type]
+            )
+            loads[name] = {"load_warm_s": round(time.perf_counter() - started, 1)}
+            print(
+                f"peer: {name} loaded and warmed in {loads[name]['load_warm_s']} s", file=sys.stderr
+            )
     rng = np.random.default_rng(5)
     timings: dict[str, dict[str, list[float]]] = {r: {} for r in runtimes}
     for _ in range(args.repeats):

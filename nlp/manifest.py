@@ -35,6 +35,10 @@ Validation names the offending field in every error.
 ``spo export-onnx`` for the opt-in ``onnx`` engine: ``name`` ("onnx"), ``file`` (relative, no SavedModel
 needed) and its ``sha256``, ``opset``, ``precision`` ("fp32" or "int8"), ``quantization`` (null, or how
 int8 was made), ``tools`` (the converter versions) and ``source`` (the SavedModel it came from).
+``spo export-openvino`` writes the same section for the opt-in ``openvino`` engine, with ``name``
+"openvino", ``file`` the model's ``.xml`` and ``weights`` its ``.bin``, each with its sha256
+(``sha256``, ``weights_sha256``), and no ``opset``; an int8 one is also ``precision: "int8"`` at the
+top level, with the same ``quantization`` (NNCF's settings and the calibration set).
 """
 
 from __future__ import annotations
@@ -68,28 +72,34 @@ DEFAULT_SINGLE_ROW_LENGTH_STEP = 8
 MANIFEST_NAME = "model.json"
 # Where a self-contained model directory keeps its vocab (``vocab.path`` in ``model.json``).
 VOCAB_NAME = "vocab.txt"
-ENGINES = ("tf", "onnx")
+ENGINES = ("tf", "onnx", "openvino")
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineSpec:
-    """The ``engine`` section of a converted model directory (``file`` is absolute)."""
+    """The ``engine`` section of a converted model directory (``file`` and ``weights`` absolute)."""
 
     name: str
     precision: str
     quantization: dict[str, Any] | None = None  # how an int8 one was made
     file: Path
     sha256: str
-    opset: int
+    opset: int | None = None  # onnx only
+    weights: Path | None = None  # openvino only: the .bin beside the .xml
+    weights_sha256: str | None = None
     tools: dict[str, str] = field(default_factory=dict)  # converter versions
     source: dict[str, Any] = field(default_factory=dict)  # the SavedModel it came from
 
     def summary(self) -> dict[str, Any]:
-        return {"name": self.name, "precision": self.precision, "opset": self.opset}
+        out: dict[str, Any] = {"name": self.name, "precision": self.precision}
+        if self.opset is not None:
+            out["opset"] = self.opset
+        return out
 
 
-# What a model directory's weights (or its onnx engine's) are: fp32 (trained, exported), or int8
-# (``spo quantize``, ``spo export-onnx --precision int8``). bf16 is a way of running an fp32 model,
+# What a model directory's weights (or its onnx or openvino engine's) are: fp32 (trained, exported),
+# or int8 (``spo quantize``, ``spo export-onnx --precision int8``, ``spo export-openvino --precision
+# int8``). bf16 is a way of running an fp32 model,
 # not a kind of model directory.
 MODEL_PRECISIONS = ("fp32", "int8")
 
@@ -120,7 +130,8 @@ class Manifest:
 
     @property
     def engine(self) -> str:
-        """``tf`` (the SavedModel in a Session, the default) or ``onnx`` (``spo export-onnx``)."""
+        """``tf`` (the SavedModel in a Session, the default), ``onnx`` (``spo export-onnx``) or
+        ``openvino`` (``spo export-openvino``)."""
         return self.engine_spec.name if self.engine_spec is not None else "tf"
 
     @property
@@ -541,7 +552,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("length_buckets", list, "the fixed input lengths, strictly increasing, the first at least 3, the last `max_length` (chosen by measurement, see BENCHMARKS.md)", _length_buckets, default_of=_default_length_buckets, default_doc=f"`{list(DEFAULT_LENGTH_BUCKETS)}` capped by `max_length`, then `max_length`", null="absent"),
     ManifestField("batch_buckets", list, "the fixed batch sizes (rows), strictly increasing", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
     ManifestField("single_row_length_step", int, "one-row batches (a single short text) pad only to the next multiple of this many tokens (1 to `max_length`), each such shape warmed too; `null`: use `length_buckets`", _single_row_length_step, default=DEFAULT_SINGLE_ROW_LENGTH_STEP, null="kept"),
-    ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
+    ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`; by `spo export-openvino` for the opt-in openvino engine: the same, `file` the `.xml`, `weights` + `weights_sha256` its `.bin`, no `opset`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
     ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize`, served as int8 (the precision used when none is asked for; any other is refused)", _precision, default="fp32"),
     ManifestField("quantization", dict, "how an int8 model was made: the tool and version, the scheme, the calibration set (source, texts, sha256) and the parent model", required=True, when=lambda values: values["precision"] == "int8", when_doc="for precision `int8`"),
 )  # fmt: skip
@@ -591,9 +602,26 @@ def _engine(raw: dict[str, Any], directory: Path, *, check_files: bool) -> Engin
         raise _fail("engine.file", f"must be a path inside the model directory, got {file!r}")
     path = (directory / file).resolve()
     sha = _nonempty_str(raw.get("sha256"), "engine.sha256").lower()
-    opset = _req(raw, "opset", int, "engine.opset")
-    if opset < 1:
-        raise _fail("engine.opset", f"expected a positive integer, got {opset}")
+    opset = None
+    files = [("engine.file", "engine.sha256", path, sha)]
+    if name == "onnx":
+        opset = _req(raw, "opset", int, "engine.opset")
+        if opset < 1:
+            raise _fail("engine.opset", f"expected a positive integer, got {opset}")
+    weights = weights_sha = None
+    if name == "openvino":
+        if Path(file).suffix != ".xml":
+            raise _fail("engine.file", f"expected the model's .xml, got {file!r}")
+        bin_name = _nonempty_str(raw.get("weights"), "engine.weights")
+        if Path(bin_name).is_absolute() or ".." in Path(bin_name).parts:
+            raise _fail(
+                "engine.weights", f"must be a path inside the model directory, got {bin_name!r}"
+            )
+        weights = (directory / bin_name).resolve()
+        if weights.parent != path.parent:
+            raise _fail("engine.weights", f"must lie beside {file}, got {bin_name!r}")
+        weights_sha = _nonempty_str(raw.get("weights_sha256"), "engine.weights_sha256").lower()
+        files.append(("engine.weights", "engine.weights_sha256", weights, weights_sha))
     precision = raw.get("precision")
     if precision not in MODEL_PRECISIONS:
         raise _fail(
@@ -612,16 +640,21 @@ def _engine(raw: dict[str, Any], directory: Path, *, check_files: bool) -> Engin
     if not isinstance(source, dict):
         raise _fail("engine.source", "expected an object")
     if check_files:
-        if not path.is_file():
-            raise _fail("engine.file", f"file not found: {path}")
-        actual = sha256_file(path)
-        if actual != sha:
-            raise _fail("engine.sha256", f"mismatch for {path}: manifest {sha}, file {actual}")
+        for file_field, sha_field, checked, expected in files:
+            if not checked.is_file():
+                raise _fail(file_field, f"file not found: {checked}")
+            actual = sha256_file(checked)
+            if actual != expected:
+                raise _fail(
+                    sha_field, f"mismatch for {checked}: manifest {expected}, file {actual}"
+                )
     return EngineSpec(
         name=name,
         file=path,
         sha256=sha,
         opset=opset,
+        weights=weights,
+        weights_sha256=weights_sha,
         precision=precision,
         quantization=quantization,
         tools=dict(tools),

@@ -233,7 +233,14 @@ class Extractor:
             single_row_step=manifest.single_row_length_step,
         )
         runtime: Runtime
-        if manifest.engine_spec is not None:
+        if manifest.engine == "openvino":
+            # A directory written by `spo export-openvino`: the opt-in OpenVINO engine.
+            from nlp.openvino_runtime import OpenVinoRuntime
+
+            runtime = OpenVinoRuntime.for_model(
+                manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
+            )
+        elif manifest.engine_spec is not None:
             # A directory written by `spo export-onnx`: the opt-in ONNX Runtime engine.
             from nlp.onnx_runtime import OnnxRuntime
 

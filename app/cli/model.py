@@ -1,5 +1,5 @@
 """Model commands: ``spo make-corpus``, ``spo train``, ``spo evaluate``, ``spo export``, ``spo export-onnx``,
-``spo quantize``, ``spo copy-vocab``.
+``spo export-openvino``, ``spo quantize``, ``spo copy-vocab``.
 
 Thin click wrappers over ``training.*``, the only command lines of those modules (imported inside each
 command, so ``spo --help`` stays fast; ``training.config`` is light: it gives ``spo train`` its
@@ -303,6 +303,57 @@ def export_onnx_command(
     click.echo(f"onnx model ({precision}) written to {result}")
 
 
+@click.command("export-openvino")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@_choice(
+    "--precision",
+    choices=("fp32", "int8"),
+    help="int8: NNCF post-training quantization, calibrated on real sentences (--calibration).",
+)
+@click.option(
+    "--calibration",
+    "calibration",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="int8 only: your own sentences, JSON lines with a 'text' field or plain text, one a "
+    "line (default: 300 sentences of the synthetic generator, which needs the training extra).",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="int8 only: calibrate on at most this many texts.",
+)
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def export_openvino_command(
+    model_dir: Path,
+    out: Path,
+    precision: str,
+    calibration: Path | None,
+    samples: int,
+    force: bool,
+) -> None:
+    """Convert MODEL_DIR's SavedModel into OUT, a model directory for the opt-in openvino engine.
+
+    Serve OUT like any model directory (SPO_MODEL_DIR=OUT): its model.json selects OpenVINO.
+    Needs the optional extra: pip install '.[openvino]'.
+    """
+    from training.openvino_export import OpenVinoExportError, export_openvino
+
+    if calibration is not None and precision != "int8":
+        raise click.UsageError("--calibration is for --precision int8 only")
+    try:
+        result = export_openvino(
+            model_dir, out, precision=precision, calibration=calibration, samples=samples,
+            force=force,
+        )  # fmt: skip
+    except OpenVinoExportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"openvino model ({precision}) written to {result}")
+
+
 @click.command("quantize")
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.argument("out_dir", type=click.Path(path_type=Path))
@@ -370,6 +421,7 @@ COMMANDS = (
     evaluate_command,
     export_command,
     export_onnx_command,
+    export_openvino_command,
     quantize_command,
     copy_vocab_command,
 )
