@@ -111,3 +111,46 @@ def test_openvino_export_int8_calibrates_on_the_given_file(triples_model_dir, tm
     assert sorted(p.name for p in out.iterdir()) == [
         "model.bin", "model.json", "model.xml", "vocab.txt",
     ]  # fmt: skip
+
+
+EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
+
+
+@pytest.mark.slow
+def test_openvino_export_demo_model_gives_the_same_triples(tmp_path):
+    """models/demo through the command line: fp32 gives the TF session's triples on every text,
+    NNCF int8 on at least 97% of them with F1 within 0.01 (docs/training.md has the full sets)."""
+    from nlp.pipeline import Extractor
+    from training.corpus import write_corpus
+    from training.evaluate import gold_triples, read_records, score
+
+    for precision in ("fp32", "int8"):
+        code, output = _export(str(DEMO), str(tmp_path / precision), "--precision", precision)
+        assert code == 0, output
+    heldout = tmp_path / "heldout.jsonl"
+    write_corpus(heldout, 300, 2, split="heldout")  # the demo held-out set's generator and seed
+    records = read_records(heldout) + read_records(EVERYDAY)
+    texts = [r["text"] for r in records]
+
+    def triples(model_dir):
+        with Extractor.load(model_dir) as ex:
+            return [r.triples for r in ex.extract_batch(texts)]
+
+    def f1(predicted):
+        keys = [
+            {(t.subject.span.text, t.predicate, t.object.span.text) for t in p} for p in predicted
+        ]
+        return score(keys, [gold_triples(r) for r in records]).f1
+
+    reference = triples(DEMO)
+    assert triples(tmp_path / "fp32") == reference
+    int8 = triples(tmp_path / "int8")
+    same = sum(a == b for a, b in zip(int8, reference, strict=True))
+    assert same >= 0.97 * len(texts), f"int8: identical triples on {same}/{len(texts)} texts"
+    assert abs(f1(int8) - f1(reference)) <= 0.01
+    manifest = load_manifest(tmp_path / "int8")
+    assert manifest.engine_spec.quantization["calibration"]["texts"] == 300
+    # The directory is self-contained: it still loads when moved away from the project.
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "int8", moved)
+    assert load_manifest(moved).vocab_path == (moved / "vocab.txt").resolve()
