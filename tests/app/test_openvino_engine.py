@@ -65,3 +65,21 @@ def test_openvino_engine_refuses_int8_on_an_fp32_directory_at_start(
         assert response.get_json()["code"] == "unsupported_precision"
     finally:
         slot.close()
+
+
+def test_openvino_engine_is_served_without_jemalloc(
+    openvino_model_dirs: dict[str, Path], triples_model_dir: Path
+) -> None:
+    """OpenVINO 2026.4.1 aborts compiling a model under a preloaded jemalloc: spo serve leaves it
+    out (and takes it out of an inherited LD_PRELOAD) when any served model is an openvino one."""
+    from app.core.settings import JEMALLOC_PATH
+    from app.serving.launch import gunicorn_command, openvino_models
+
+    mixed = _settings(models=(("tf", triples_model_dir), ("ov", openvino_model_dirs["int8"])))
+    assert openvino_models(mixed) == ["ov"]
+    _, env = gunicorn_command(mixed, environ={"LD_PRELOAD": f"{JEMALLOC_PATH}:/lib/other.so"})
+    assert env["LD_PRELOAD"] == "/lib/other.so"
+    tf_only = _settings(model_dir=triples_model_dir)
+    assert openvino_models(tf_only) == []
+    _, env = gunicorn_command(tf_only, environ={})
+    assert (str(JEMALLOC_PATH) in env.get("LD_PRELOAD", "")) == tf_only.use_jemalloc
