@@ -17,6 +17,11 @@ serves every bucket shape (``nlp.openvino_runtime`` gives the measurement that c
 reads it), else ``samples`` sentences of the synthetic generator (training split, seed 3, needs the
 training extra). Each is tokenized with the model's own vocab, windowed and padded to its bucket
 length exactly as the service feeds the model (``training.quantize.calibration_inputs``).
+
+The preset, measured on models/demo (500 held-out texts, 300 generator sentences): ``MIXED`` gave the
+TF session's triples on 496 texts (F1 0.9723, as fp32), ``PERFORMANCE`` (symmetric activations) on 497
+(F1 0.9726), and their times per call were within the noise of 2 shared cores; ``MIXED`` is kept, NNCF's
+advice for transformers, whose activations (after GELU, softmax) are not centred on zero.
 """
 
 from __future__ import annotations
