@@ -1,5 +1,5 @@
-"""What the two engines share, written once: ``nlp.runtime.SessionRuntime`` (TensorFlow) and
-``nlp.onnx_runtime.OnnxRuntime`` (ONNX Runtime).
+"""What the engines share, written once: ``nlp.runtime.SessionRuntime`` (TensorFlow),
+``nlp.onnx_runtime.OnnxRuntime`` (ONNX Runtime) and ``nlp.openvino_runtime.OpenVinoRuntime`` (OpenVINO).
 
 - ``WarmedShapes``: every bucket shape run once at load, ``run`` refusing any other shape, and
   ``for_model`` (a runtime from a manifest and the load options);

@@ -10,19 +10,24 @@ Why it exists: OpenVINO was ahead of every spo mode at every bucket shape in the
 
 Shapes, chosen by measurement: one compiled model with dynamic ``[-1, -1]`` inputs, every bucket
 shape run once at warm-up (the CPU plugin compiles and caches each shape's kernels then), rather
-than one compiled model per bucket shape. models/demo (51 shapes), 2 threads, AMD EPYC (shared 2
-cores), RSS in MiB, ms per call:
+than one compiled model per bucket shape. 2 threads, AMD EPYC (2 cores shared with other jobs, so
+the times are rough), RSS in MiB after warm-up and after N calls cycling the shapes up to 1,024
+tokens, ms per call:
 
-============  ======  ==============  ======  =======  =======
-model, shapes   RSS    after N calls    1x16    1x128    8x128
-============  ======  ==============  ======  =======  =======
-demo dynamic     614    674 (1,500)      2.7      9.5     50.8
-demo static    2,772  2,802 (1,500)      0.8      5.5     36.1
-============  ======  ==============  ======  =======  =======
+==============  ======  ==============  ======  =======  =======
+model, shapes     RSS    after N calls    1x16    1x128    8x128
+==============  ======  ==============  ======  =======  =======
+demo dynamic       614    674 (1,500)      2.7      9.5     50.8
+demo static      2,772  2,802 (1,500)      0.8      5.5     36.1
+RBT6 dynamic     3,439  3,607 (800)          -        -        -
+==============  ======  ==============  ======  =======  =======
 
 Static shapes are faster (a fixed kernel per shape) but every compiled model holds its own copy of
-the weights and buffers: 4.5x the memory on the 16 MB demo, and 51 copies of RBT6's 239 MB of
-weights would not fit a worker. The RBT6 figures are in the report of issue 24 and docs/rest.md.
+the weights and buffers: 4.5x the memory on the 16 MB demo, and 77 copies of RBT6's 239 MB of
+weights would not fit a worker (its times were taken at a load of 6 on 2 cores: not figures).
+Dynamic RSS grows over the first pass of calls after warm-up (demo fp32: 610 -> 668 MiB in 1,000
+calls, int8 731 -> 778) and is flat after it (668 -> 676 over 4,000 more calls; int8 778 -> 780
+over 2,000); a second warm-up pass does not take that first step.
 
 Threads come from ``intra_op_threads`` (``INFERENCE_NUM_THREADS``), one stream, the latency hint,
 no CPU pinning or reservation (gunicorn runs one runtime per worker on shared cores). OpenVINO has

@@ -1,8 +1,8 @@
 """The two interfaces between the stages, written down: ``Runtime`` and ``ExtractorLike``.
 
-``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime`` and
-``nlp.onnx_runtime.OnnxRuntime`` implement it (both through ``nlp.engine.WarmedShapes``, the warm-up
-and shape check they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``),
+``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime``,
+``nlp.onnx_runtime.OnnxRuntime`` and ``nlp.openvino_runtime.OpenVinoRuntime`` implement it (all through
+``nlp.engine.WarmedShapes``, the warm-up and shape check they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``),
 which is how they sit under the same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch
 command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). Protocols only: no
 implementation, no TensorFlow.

@@ -164,3 +164,25 @@ def onnx_model_dirs(
 
     base = tmp_path_factory.mktemp("onnx")
     return {p: export_onnx(triples_model_dir, base / p, precision=p) for p in ("fp32", "int8")}
+
+
+@pytest.fixture(scope="session")
+def openvino_model_dirs(
+    triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """The tiny GPLinker converted by ``spo export-openvino``: ``{"fp32": dir, "int8": dir}`` (int8
+    calibrated on 60 sentences of the synthetic generator).
+
+    Needs the optional ``openvino`` extra (``make test`` installs it).
+    """
+    pytest.importorskip(
+        "openvino", reason="the openvino extra is not installed: make extra-openvino"
+    )
+    pytest.importorskip("nncf", reason="the openvino extra is not installed: make extra-openvino")
+    from training.openvino_export import export_openvino
+
+    base = tmp_path_factory.mktemp("openvino")
+    return {
+        p: export_openvino(triples_model_dir, base / p, precision=p, samples=60)
+        for p in ("fp32", "int8")
+    }

@@ -252,7 +252,8 @@ _COUNT = in_range(0, 10**9)
 _TABLE = (
     # -- the model(s) ---------------------------------------------------------------------------------
     Option("model_dir", DEMO_MODEL_DIR, "model directory (SavedModel + model.json, or one written "
-           "by spo export-onnx, which runs on the onnx engine): one model, named after its directory",
+           "by spo export-onnx or spo export-openvino, which runs on that engine): one model, named "
+           "after its directory",
            _path, doc_default="the embedded demo model"),
     Option("models", (), "several models, NAME=DIR,NAME=DIR, the first the default; instead of "
            "SPO_MODEL_DIR", _models, _model_names),

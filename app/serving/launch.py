@@ -17,6 +17,7 @@ works from any directory.
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import os
 import re
 import sys
@@ -26,6 +27,8 @@ from pathlib import Path
 
 from app.core.settings import JEMALLOC_PATH, Settings
 from app.serving.master import SETTINGS_VAR
+
+logger = logging.getLogger(__name__)
 
 DEPLOY_DIR = Path(str(importlib.resources.files("spo_deploy")))
 GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"
@@ -41,6 +44,21 @@ def default_pid_file(address: str) -> Path:
     return Path(tempfile.gettempdir()) / f"spo-service-{slug}.pid"
 
 
+def openvino_models(settings: Settings) -> list[str]:
+    """The names of the served models that run on the openvino engine (their model.json says so)."""
+    from nlp.errors import SpoError
+    from nlp.manifest import load_manifest
+
+    names = []
+    for name, directory in settings.model_table:
+        try:
+            if load_manifest(directory, check_files=False).engine == "openvino":
+                names.append(name)
+        except SpoError:
+            continue  # a bad directory is reported when it is loaded
+    return names
+
+
 def gunicorn_command(
     settings: Settings,
     extra: Sequence[str] = (),
@@ -53,9 +71,17 @@ def gunicorn_command(
     env = dict(os.environ if environ is None else environ)
     env[SETTINGS_VAR] = settings.to_json()
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    if settings.use_jemalloc and str(JEMALLOC_PATH) not in preload:
+    openvino = openvino_models(settings)
+    if settings.jemalloc and openvino:
+        logger.warning(
+            "jemalloc is not preloaded: OpenVINO 2026.4.1 aborts compiling a model under it "
+            "(free(): invalid pointer), and %s %s the openvino engine",
+            ", ".join(openvino),
+            "uses" if len(openvino) == 1 else "use",
+        )
+    if settings.use_jemalloc and not openvino and str(JEMALLOC_PATH) not in preload:
         env["LD_PRELOAD"] = ":".join([str(JEMALLOC_PATH), *preload])
-    elif not settings.jemalloc and str(JEMALLOC_PATH) in preload:
+    elif (not settings.jemalloc or openvino) and str(JEMALLOC_PATH) in preload:
         env["LD_PRELOAD"] = ":".join(p for p in preload if p != str(JEMALLOC_PATH))
     argv = [
         sys.executable,
