@@ -114,7 +114,8 @@ def _rewrite(
     """Apply the exact per-call rewrites of ``nlp._graph_rewrites`` to a frozen, bias-folded graph,
     in place; returns how many places each rewrote.
 
-    Order matters: the pointer heads' mask moves before their bias terms only once its
+    Order matters: sibling Dense layers (Q, K, V) are fused once their input flattening is one
+    constant shape (then their three inputs compare equal); the pointer heads' mask moves before their bias terms only once its
     ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape.
     Nodes nothing reads any more are pruned between steps. ``dims``: each node's static output
     shape (None where the rank is unknown), from the graph as loaded.
@@ -124,6 +125,7 @@ def _rewrite(
     counts = {"pruned": rewrites.prune(graph_def, output_names)}
     steps: list[tuple[str, Callable[[Any], int]]] = [
         ("flatten_dense_inputs", lambda g: rewrites.flatten_dense_inputs(g, dims)),
+        ("fuse_sibling_dense", rewrites.fuse_sibling_dense),
         ("mask_without_broadcasts", rewrites.mask_without_broadcasts),
         ("mask_pointer_scores_once", rewrites.mask_pointer_scores_once),
         ("rewrite_erf_gelus", rewrites.rewrite_erf_gelus),
