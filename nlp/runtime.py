@@ -34,7 +34,7 @@ from nlp.config import DEFAULT_PRECISION, PRECISIONS
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
-from nlp.tf_graph import frozen_graph_def, quiet_tf_logger
+from nlp.tf_graph import check_extra_rewrites, frozen_graph_def, quiet_tf_logger
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +103,13 @@ class SessionRuntime(WarmedShapes):
         seed: int = 0,
         freeze: bool | None = None,
         graph_rewrites: bool = True,
+        extra_rewrites: Sequence[str] = (),
         thread_plan: ThreadPlan = (),
     ) -> None:
         """``freeze``: serve a frozen, rewritten graph (default: for ``FROZEN_PRECISIONS``);
-        ``graph_rewrites=False`` freezes without rewriting. Both are for tests and ``bench``.
+        ``graph_rewrites=False`` freezes without rewriting; ``extra_rewrites``: the exact rewrites
+        not applied by default (``nlp.tf_graph.OPT_IN_REWRITES``). All three are for tests and
+        ``bench``.
 
         ``thread_plan`` (opt-in; ``ThreadPlan``): short calls on sessions with fewer intra-op threads
         (``intra_op_threads`` is the upper bound, and must be set). Frozen graphs only: each extra
@@ -125,6 +128,7 @@ class SessionRuntime(WarmedShapes):
             raise UnsupportedPrecision(
                 f"precision int8 cannot run here: {reason}; serve the fp32 model instead"
             )
+        check_extra_rewrites(extra_rewrites)
         self.model_dir = Path(model_dir)
         self.precision = precision
         self.shapes: frozenset[tuple[int, int]] = frozenset(shapes)
@@ -151,7 +155,9 @@ class SessionRuntime(WarmedShapes):
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
             if precision in FROZEN_PRECISIONS if freeze is None else freeze:
-                self._reload_frozen(intra_op_threads, inter_op_threads, precision, graph_rewrites)
+                self._reload_frozen(
+                    intra_op_threads, inter_op_threads, precision, graph_rewrites, extra_rewrites
+                )
             if thread_plan:
                 self._plan_sessions(thread_plan, inter_op_threads, precision)
         except ModelLoadError:
@@ -223,6 +229,7 @@ class SessionRuntime(WarmedShapes):
         inter_op_threads: int | None,
         precision: str,
         graph_rewrites: bool = True,
+        extra_rewrites: Sequence[str] = (),
     ) -> None:
         """Replace graph and session by a frozen, rewritten copy (``nlp.tf_graph``); tensor
         names are unchanged. ``graph_rewrites=False`` freezes without rewriting: the graph as
@@ -239,7 +246,11 @@ class SessionRuntime(WarmedShapes):
         graph = tf.Graph()
         try:
             graph_def, self.rewrites = frozen_graph_def(
-                self._session, self._graph, output_names, graph_rewrites=graph_rewrites
+                self._session,
+                self._graph,
+                output_names,
+                graph_rewrites=graph_rewrites,
+                extra_rewrites=extra_rewrites,
             )
             with graph.as_default():
                 tf.import_graph_def(graph_def, name="")
