@@ -565,6 +565,13 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
 
 QUANTIZED_MATMUL = "QuantizedMatMulWithBiasAndDequantize"
 
+# Not rewritten, on purpose: Q, K and V as one int8 matmul. ``spo quantize`` gives Q, K and V one
+# input range (their three ``QuantizeV2`` read the same min/max constants) but a weight range each,
+# per tensor (scalar ``min_b``/``max_b``, different for Q, K and V on RBT6), so the concatenated
+# weight would need per-channel ranges; ``QuantizedMatMulWithBiasAndDequantize`` takes scalars only
+# (a vector fails a CHECK and aborts the process, tried), and requantizing the three to one range is
+# not exact.
+
 
 def _quantized_matmul_with_gelu(graph: _Graph, old: Any, name: str) -> Any:
     """A ``_QuantizedMatMul`` computing what ``old`` (a ``QuantizedMatMulWithBiasAndDequantize``)
