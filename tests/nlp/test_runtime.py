@@ -209,12 +209,17 @@ def test_runtime_thread_plan_picks_the_session_by_length_and_gives_the_same_scor
     assert [planned.session_threads(n) for n in (1, 16, 17, 24, 32)] == [1, 1, 2, 2, 2]
     assert set(planned._by_threads) == {1}  # one extra session: threads 1
     assert [plan_threads(((16, 1),), n, 3) for n in (16, 17)] == [1, 3]
+    used = []
+    for threads, session in ((1, planned._by_threads[1]), (2, planned._session)):
+        real_run = session.run
+        session.run = lambda *a, _run=real_run, _t=threads, **k: used.append(_t) or _run(*a, **k)
     rng = np.random.default_rng(0)
     for batch, length in shapes:
         ids = rng.integers(5, 100, size=(batch, length)).astype(np.int32)
         a_out, b_out = plain.run(ids, np.zeros_like(ids)), planned.run(ids, np.zeros_like(ids))
         for a, b in zip(a_out, b_out, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert used == [1, 2, 2]  # 1x16 on the one-thread session, 1x32 and 2x32 on the main one
     plain.close()
     planned.close()
 
