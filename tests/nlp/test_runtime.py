@@ -238,3 +238,11 @@ def test_runtime_thread_plan_is_ignored_for_a_graph_with_variables(triples_model
 def test_runtime_thread_plan_refuses_bad_plans(triples_model_dir, plan, threads, match):
     with pytest.raises(ModelLoadError, match=match):
         _runtime(triples_model_dir, intra_op_threads=threads, freeze=True, thread_plan=plan)
+
+
+def test_runtime_measured_thread_plans_are_for_frozen_precisions():
+    from nlp.runtime import FROZEN_PRECISIONS, SHORT_CALL_PLANS
+
+    assert set(SHORT_CALL_PLANS) <= set(FROZEN_PRECISIONS)
+    for plan in SHORT_CALL_PLANS.values():
+        assert plan == tuple(sorted(plan)) and all(n > 0 and t == 1 for n, t in plan)
