@@ -1,4 +1,4 @@
-"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|profile|matmul|peer|threads|http|http-peers|microbatch|limits|report]``.
+"""``python -m bench [all|model|padding|memory|batch|precision|int8|percall|profile|threadplan|matmul|peer|threads|http|http-peers|microbatch|limits|report]``.
 
 With no subcommand (``make bench``) everything runs in order with the issue's counts: 20,000 requests
 per runtime and 20,000 HTTP requests, which takes hours on 2 cores; ``--requests`` reduces both.
@@ -25,6 +25,7 @@ STEPS = (
     "int8",
     "percall",
     "profile",
+    "threadplan",
     "matmul",
     "peer",
     "threads",
@@ -151,6 +152,10 @@ def _run_step(step: str, args: argparse.Namespace, parser: argparse.ArgumentPars
         from bench import op_profile
 
         op_profile.run(intra=args.intra, inter=args.inter)
+    elif step == "threadplan":
+        from bench import threadplan
+
+        threadplan.run(intra=args.intra)
     elif step == "peer":
         from bench import peer
 

@@ -5,6 +5,10 @@ No Flask and no environment reads here. This is the one place that sets TensorFl
 - the pair of switches bert4keras needs to run on tf.keras 2 (``TF_KERAS``, ``TF_USE_LEGACY_KERAS``),
   which must be set before TensorFlow is first imported (every TensorFlow import in the project comes
   after ``import nlp``), and TensorFlow's C++ log level (``TF_CPP_MIN_LOG_LEVEL``, warnings and up);
+- ``TF_OVERRIDE_GLOBAL_THREADPOOL``: each session gets its own intra-op pool of the size its config
+  asks, instead of every session sharing the pool the first one made (``nlp.runtime``'s thread plan
+  runs short calls on a one-thread session beside the main one). A process with one session is
+  unchanged; read by TensorFlow once, when it creates its first device;
 - ``quiet_tensorflow()``, around the first TensorFlow import and the first session: the pip build of
   TensorFlow probes for CUDA and prints its findings (``Could not find cuda drivers``, ``failed call to
   cuInit``) and a oneDNN note through a logger that ignores ``TF_CPP_MIN_LOG_LEVEL``. Those known lines
@@ -25,6 +29,7 @@ from collections.abc import Iterator
 _os.environ["TF_KERAS"] = "1"
 _os.environ["TF_USE_LEGACY_KERAS"] = "1"
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+_os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 
 # TensorFlow's start-up lines that say nothing to a user of a CPU service.
 _NOISE = _re.compile(

@@ -12,6 +12,8 @@ passes over memory, or into the form grappler's remapper fuses into one oneDNN k
   the small mask and the scalar fill directly (``SelectV2`` broadcasts by itself);
 - ``mask_pointer_scores_once``: the pointer heads' ``-inf`` masking happens on ``(rows, 1, L, L)``
   before the per-predicate bias terms are added, instead of on ``(rows, predicates, L, L)``;
+- ``fuse_sibling_dense``: Dense layers over the same input (attention's Q, K and V) as one matmul
+  over their concatenated weights, split back;
 - ``rewrite_layer_norms``: bert4keras' LayerNormalization as one oneDNN ``_MklLayerNorm`` op;
 - ``rewrite_erf_gelus``: the erf GELU after a Dense moved before the Dense's output reshape and
   written as grappler's ``MatMul + BiasAdd + GeluExact`` pattern (``_FusedMatMul``);
@@ -30,6 +32,8 @@ import math
 import struct
 from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 DT_FLOAT = 1
 DT_QINT8 = 11
@@ -561,6 +565,13 @@ def rewrite_erf_gelus(graph_def: Any) -> int:
 
 QUANTIZED_MATMUL = "QuantizedMatMulWithBiasAndDequantize"
 
+# Not rewritten, on purpose: Q, K and V as one int8 matmul. ``spo quantize`` gives Q, K and V one
+# input range (their three ``QuantizeV2`` read the same min/max constants) but a weight range each,
+# per tensor (scalar ``min_b``/``max_b``, different for Q, K and V on RBT6), so the concatenated
+# weight would need per-channel ranges; ``QuantizedMatMulWithBiasAndDequantize`` takes scalars only
+# (a vector fails a CHECK and aborts the process, tried), and requantizing the three to one range is
+# not exact.
+
 
 def _quantized_matmul_with_gelu(graph: _Graph, old: Any, name: str) -> Any:
     """A ``_QuantizedMatMul`` computing what ``old`` (a ``QuantizedMatMulWithBiasAndDequantize``)
@@ -628,5 +639,154 @@ def fuse_quantized_gelus(graph_def: Any) -> int:
             continue
         fused = _quantized_matmul_with_gelu(graph, matmul, f"{matmul.name}/gelu")
         _reshaped_into(graph, out, reshape, fused.name)
+        count += 1
+    return count
+
+
+# -- sibling Dense layers (Q, K and V) ------------------------------------------------------------
+
+
+def _float_matrix(node: Any) -> np.ndarray[Any, Any] | None:
+    """The value of a 1-D or 2-D float32 ``Const`` as a numpy array, or None."""
+    if node is None or node.op != "Const" or node.attr["dtype"].type != DT_FLOAT:
+        return None
+    tensor = node.attr["value"].tensor
+    dims = [d.size for d in tensor.tensor_shape.dim]
+    if len(dims) not in (1, 2) or any(d <= 0 for d in dims):
+        return None
+    count = math.prod(dims)
+    if tensor.tensor_content:
+        values = np.frombuffer(tensor.tensor_content, dtype="<f4")
+    else:
+        values = np.asarray(tensor.float_val, dtype=np.float32)
+        if 0 < len(values) < count:  # a proto may store a repeated last value once
+            values = np.concatenate([values, np.full(count - len(values), values[-1], np.float32)])
+    if len(values) != count:
+        return None
+    return values.reshape(dims)
+
+
+def _set_float_const(node: Any, value: np.ndarray[Any, Any]) -> None:
+    node.attr["dtype"].type = DT_FLOAT
+    tensor = node.attr["value"].tensor
+    tensor.dtype = DT_FLOAT
+    for d in value.shape:
+        tensor.tensor_shape.dim.add().size = d
+    tensor.tensor_content = np.ascontiguousarray(value, dtype="<f4").tobytes()
+
+
+def _source_key(graph: _Graph, node: Any, depth: int = 0) -> Any:
+    """What a node computes, as far as pure shape ops over one tensor go: equal keys, equal values.
+
+    ``Reshape``, ``Transpose``, ``Identity``, ``ConcatV2`` and ``Pack`` are keyed by their op, their
+    attributes and their inputs' keys, a ``Const`` by its value; anything else by its name. (Each
+    Dense flattens its input itself, so the Q, K and V matmuls read three equal
+    ``Reshape(Transpose(x, ConcatV2(constants)), constant)``.)"""
+    if node is None:
+        return None
+    if node.op == "Const":
+        return ("Const", node.attr["value"].SerializeToString(deterministic=True))
+    if node.op in _PURE_OPS and depth < 8:
+        inputs = [graph.input(node, i) for i in range(len(node.input))]
+        if any(i is None for i in inputs):
+            return node.name
+        attrs = tuple(
+            (k, node.attr[k].SerializeToString(deterministic=True)) for k in sorted(node.attr)
+        )
+        return (node.op, attrs, tuple(_source_key(graph, i, depth + 1) for i in inputs))
+    return node.name
+
+
+_PURE_OPS = frozenset({"Reshape", "Transpose", "Identity", "ConcatV2", "Pack"})
+
+
+def fuse_sibling_dense(graph_def: Any) -> int:
+    """Dense layers reading the same input (attention's Q, K and V) -> one ``MatMul + BiasAdd`` over
+    their concatenated weights, split back into the old outputs; returns how many groups.
+
+    Matches float ``BiasAdd(MatMul(a_i, W_i), b_i)`` (after ``_fold_bias_adds``) with constant 2-D
+    ``W_i`` and 1-D ``b_i`` where every ``a_i`` computes the same value (``_source_key``) and each
+    MatMul feeds only its BiasAdd. Writes ``BiasAdd(MatMul(a_1, [W_1 | W_2 | ...]), [b_1 | b_2 |
+    ...])`` and a ``SplitV`` along the last axis; each old BiasAdd becomes an Identity of its part.
+    Exact: column ``j`` of a matrix product depends only on column ``j`` of the weight, so each
+    part is the old product (floating-point rounding aside: oneDNN may block a wider matrix
+    differently). The old weights are pruned afterwards, so the model holds its weights once; one
+    matmul of ``3N`` columns replaces three of ``N`` (one oneDNN call, one pass over the input).
+    """
+    graph = _Graph(graph_def)
+    groups: dict[Any, list[tuple[Any, Any, Any, Any]]] = {}
+    for bias_add in list(graph_def.node):
+        if bias_add.op != "BiasAdd" or not _is_float_op(bias_add):
+            continue
+        if bias_add.attr["data_format"].s not in (b"", b"NHWC"):
+            continue
+        matmul = graph.input(bias_add, 0)
+        if matmul is None or matmul.op != "MatMul" or not _is_float_op(matmul):
+            continue
+        if matmul.attr["transpose_a"].b or matmul.attr["transpose_b"].b:
+            continue
+        if not graph.used_only_by(matmul, [bias_add]):
+            continue
+        weight = _float_matrix(graph.skip_identities(graph.input(matmul, 1)))
+        bias = _float_matrix(graph.skip_identities(graph.input(bias_add, 1)))
+        if weight is None or bias is None or weight.ndim != 2 or bias.ndim != 1:
+            continue
+        if bias.shape[0] != weight.shape[1]:
+            continue
+        key = (_source_key(graph, graph.input(matmul, 0)), weight.shape[0], matmul.device)
+        if key[0] is None:
+            continue
+        groups.setdefault(key, []).append((bias_add, matmul, weight, bias))
+    count = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first_add, first_matmul = members[0][0], members[0][1]
+        stem = first_matmul.name.rsplit("/", 2)[0]
+        weights = graph.graph_def.node.add()
+        weights.name = graph.unique(f"{stem}/fused_dense/kernel")
+        weights.op = "Const"
+        weights.device = first_matmul.device
+        _set_float_const(weights, np.concatenate([m[2] for m in members], axis=1))
+        biases = graph.graph_def.node.add()
+        biases.name = graph.unique(f"{stem}/fused_dense/bias")
+        biases.op = "Const"
+        biases.device = first_add.device
+        _set_float_const(biases, np.concatenate([m[3] for m in members]))
+        graph.nodes[weights.name], graph.nodes[biases.name] = weights, biases
+        matmul = graph.add(
+            first_matmul,
+            f"{stem}/fused_dense/MatMul",
+            "MatMul",
+            [first_matmul.input[0], weights.name],
+        )
+        matmul.attr["transpose_a"].b = False
+        matmul.attr["transpose_b"].b = False
+        added = graph.add(
+            first_add, f"{stem}/fused_dense/BiasAdd", "BiasAdd", [matmul.name, biases.name]
+        )
+        added.attr["data_format"].s = b"NHWC"
+        sizes = graph.graph_def.node.add()
+        sizes.name = graph.unique(f"{stem}/fused_dense/sizes")
+        sizes.op = "Const"
+        sizes.attr["dtype"].type = 3
+        sizes.attr["value"].tensor.dtype = 3
+        sizes.attr["value"].tensor.tensor_shape.dim.add().size = len(members)
+        sizes.attr["value"].tensor.int_val.extend(int(m[2].shape[1]) for m in members)
+        axis = graph.graph_def.node.add()
+        axis.name = graph.unique(f"{stem}/fused_dense/axis")
+        axis.op = "Const"
+        axis.attr["dtype"].type = 3
+        axis.attr["value"].tensor.dtype = 3
+        axis.attr["value"].tensor.tensor_shape.SetInParent()
+        axis.attr["value"].tensor.int_val.append(-1)
+        graph.nodes[sizes.name], graph.nodes[axis.name] = sizes, axis
+        split = graph.add(
+            first_add, f"{stem}/fused_dense/split", "SplitV", [added.name, sizes.name, axis.name]
+        )
+        split.attr["Tlen"].type = 3
+        split.attr["num_split"].i = len(members)
+        for i, (bias_add, _, _, _) in enumerate(members):
+            _become_identity(bias_add, f"{split.name}:{i}")
         count += 1
     return count

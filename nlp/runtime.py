@@ -34,7 +34,7 @@ from nlp.config import DEFAULT_PRECISION, PRECISIONS
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
-from nlp.tf_graph import frozen_graph_def, quiet_tf_logger
+from nlp.tf_graph import check_extra_rewrites, frozen_graph_def, quiet_tf_logger
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,32 @@ def _session_config(
             rewriter_config_pb2.RewriterConfig.ON
         )
     return config
+
+
+# A thread plan: ``(up to this many tokens, intra-op threads)`` pairs, by ascending length. A call whose
+# padded length is at most an entry's runs on a session of the graph with that many intra-op threads
+# (capped by the runtime's own ``intra_op_threads``, the upper bound); a longer one on the main session.
+ThreadPlan = tuple[tuple[int, int], ...]
+
+
+# The plan ``python -m bench threadplan`` chose for 2 intra-op threads on RBT6 (AMD EPYC, 2 shared
+# cores): the shorter crossover of two runs (one thread faster up to bf16 32 / 64, int8 96 / 64
+# tokens; int8 at 16 tokens 10.7 vs 20.0 ms). Opt-in (pass it as ``thread_plan``): the one-thread
+# session costs 0.9-1.1 GiB RSS in bf16 and 0.5 GiB in int8. fp32 is served from its variables,
+# where no plan applies.
+SHORT_CALL_PLANS: dict[str, ThreadPlan] = {"bf16": ((32, 1),), "int8": ((64, 1),)}
+
+
+def plan_threads(plan: ThreadPlan, length: int, upper: int) -> int:
+    """The intra-op threads ``plan`` gives a call of ``length`` tokens, at most ``upper``.
+
+    >>> [plan_threads(((32, 1),), n, 2) for n in (16, 32, 33)]
+    [1, 1, 2]
+    """
+    for up_to, threads in sorted(plan):
+        if length <= up_to:
+            return max(1, min(threads, upper))
+    return upper
 
 
 # Precisions served from a frozen, rewritten graph (``nlp.tf_graph.frozen_graph_def``). bf16 must be: with
@@ -85,9 +111,18 @@ class SessionRuntime(WarmedShapes):
         seed: int = 0,
         freeze: bool | None = None,
         graph_rewrites: bool = True,
+        extra_rewrites: Sequence[str] = (),
+        thread_plan: ThreadPlan = (),
     ) -> None:
         """``freeze``: serve a frozen, rewritten graph (default: for ``FROZEN_PRECISIONS``);
-        ``graph_rewrites=False`` freezes without rewriting. Both are for tests and ``bench``."""
+        ``graph_rewrites=False`` freezes without rewriting; ``extra_rewrites``: the exact rewrites
+        not applied by default (``nlp.tf_graph.OPT_IN_REWRITES``). All three are for tests and
+        ``bench``.
+
+        ``thread_plan`` (opt-in; ``ThreadPlan``): short calls on sessions with fewer intra-op threads
+        (``intra_op_threads`` is the upper bound, and must be set). Frozen graphs only: each extra
+        session is a session of the same graph, which holds its own copy of the constants (see
+        ``_plan_sessions``); a graph served from its variables ignores the plan (with a warning)."""
         if precision not in PRECISIONS:
             raise UnsupportedPrecision(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
@@ -101,6 +136,7 @@ class SessionRuntime(WarmedShapes):
             raise UnsupportedPrecision(
                 f"precision int8 cannot run here: {reason}; serve the fp32 model instead"
             )
+        check_extra_rewrites(extra_rewrites)
         self.model_dir = Path(model_dir)
         self.precision = precision
         self.shapes: frozenset[tuple[int, int]] = frozenset(shapes)
@@ -108,6 +144,9 @@ class SessionRuntime(WarmedShapes):
         self.runs = 0
         self.frozen = False
         self.rewrites: dict[str, int] = {}
+        self.thread_plan: ThreadPlan = ()
+        self._threads = intra_op_threads
+        self._by_threads: dict[int, Any] = {}
         self._graph = tf.Graph()
         with quiet_tensorflow():  # the first session probes for CUDA devices
             self._session = tf.compat.v1.Session(
@@ -124,12 +163,16 @@ class SessionRuntime(WarmedShapes):
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
             if precision in FROZEN_PRECISIONS if freeze is None else freeze:
-                self._reload_frozen(intra_op_threads, inter_op_threads, precision, graph_rewrites)
+                self._reload_frozen(
+                    intra_op_threads, inter_op_threads, precision, graph_rewrites, extra_rewrites
+                )
+            if thread_plan:
+                self._plan_sessions(thread_plan, inter_op_threads, precision)
         except ModelLoadError:
-            self._session.close()
+            self.close()
             raise
         except Exception as exc:  # TensorFlow raises many types for a bad SavedModel
-            self._session.close()
+            self.close()
             raise ModelLoadError(f"cannot load the SavedModel in {self.model_dir}: {exc}") from exc
         self.input_dtypes = tuple(t.dtype.as_numpy_dtype for t in self._inputs)
         self.load_seconds = time.perf_counter() - started
@@ -194,6 +237,7 @@ class SessionRuntime(WarmedShapes):
         inter_op_threads: int | None,
         precision: str,
         graph_rewrites: bool = True,
+        extra_rewrites: Sequence[str] = (),
     ) -> None:
         """Replace graph and session by a frozen, rewritten copy (``nlp.tf_graph``); tensor
         names are unchanged. ``graph_rewrites=False`` freezes without rewriting: the graph as
@@ -210,7 +254,11 @@ class SessionRuntime(WarmedShapes):
         graph = tf.Graph()
         try:
             graph_def, self.rewrites = frozen_graph_def(
-                self._session, self._graph, output_names, graph_rewrites=graph_rewrites
+                self._session,
+                self._graph,
+                output_names,
+                graph_rewrites=graph_rewrites,
+                extra_rewrites=extra_rewrites,
             )
             with graph.as_default():
                 tf.import_graph_def(graph_def, name="")
@@ -231,17 +279,66 @@ class SessionRuntime(WarmedShapes):
         self._outputs = [self._tensor(n, f"outputs[{i}]") for i, n in enumerate(output_names)]
         self.frozen = True
 
+    def _plan_sessions(
+        self, plan: ThreadPlan, inter_op_threads: int | None, precision: str
+    ) -> None:
+        """One more session of the (frozen) graph per thread count of ``plan`` below the upper bound.
+
+        TensorFlow gives each session its own intra-op pool only with ``TF_OVERRIDE_GLOBAL_THREADPOOL``
+        (``nlp`` sets it); otherwise every session of a process shares the first one's pool, and a
+        session asked for one thread would still run on two. oneDNN's kernels take their thread
+        count from that pool and from nothing a ``Session.run`` can pass (``RunOptions`` selects an
+        inter-op pool only), so a second session is the one way to run a call on fewer threads.
+        Sessions do not share constants: each holds the frozen weights once more and its kernels
+        their own weight caches (``python -m bench threadplan`` measures it: about 1.1 GiB for the
+        RBT6 fp32 graph), which is why the plan is opt-in and refused for a graph with variables
+        (a second session would restore every variable again).
+        """
+        if not self.frozen:
+            logger.warning(
+                "%s: the thread plan is for frozen graphs (its sessions would each restore the "
+                "variables); serving every call on %s intra-op threads",
+                self.model_dir,
+                self._threads,
+            )
+            return
+        if self._threads is None:
+            raise ModelLoadError(
+                "a thread plan needs intra_op_threads (its upper bound)", field="intra_op_threads"
+            )
+        plan = tuple(sorted((int(n), int(t)) for n, t in plan))
+        if any(n < 1 or t < 1 for n, t in plan):
+            raise ModelLoadError(f"thread plan entries must be positive, got {plan}", field="plan")
+        self.thread_plan = plan
+        for _, threads in plan:
+            threads = min(threads, self._threads)
+            if threads < self._threads and threads not in self._by_threads:
+                self._by_threads[threads] = tf.compat.v1.Session(
+                    graph=self._graph, config=_session_config(threads, inter_op_threads, precision)
+                )
+
+    def session_threads(self, length: int) -> int:
+        """The intra-op threads a call of ``length`` tokens runs on (the thread plan's choice)."""
+        if self._threads is None:
+            return 0  # TensorFlow's default; no plan without a bound
+        threads = plan_threads(self.thread_plan, length, self._threads)
+        return threads if threads in self._by_threads else self._threads
+
     # -- request path --------------------------------------------------------------------------
     def _run(
         self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any], **traced: Any
     ) -> list[npt.NDArray[Any]]:
-        """One unchecked ``Session.run``; ``traced``: its ``options`` and ``run_metadata``, for the
-        profile of ``bench.op_profile`` only."""
+        """One unchecked ``Session.run`` (on the session the thread plan picks for its length);
+        ``traced``: its ``options`` and ``run_metadata``, for the profile of ``bench.op_profile``
+        only."""
         feed = {
             self._inputs[0]: token_ids.astype(self.input_dtypes[0], copy=False),
             self._inputs[1]: segment_ids.astype(self.input_dtypes[1], copy=False),
         }
-        result: list[npt.NDArray[Any]] = self._session.run(self._outputs, feed_dict=feed, **traced)
+        session = self._session
+        if self._by_threads:
+            session = self._by_threads.get(self.session_threads(token_ids.shape[1]), session)
+        result: list[npt.NDArray[Any]] = session.run(self._outputs, feed_dict=feed, **traced)
         return result
 
     @property
@@ -250,4 +347,6 @@ class SessionRuntime(WarmedShapes):
         return len(self._graph.get_operations())
 
     def close(self) -> None:
+        for session in self._by_threads.values():
+            session.close()
         self._session.close()

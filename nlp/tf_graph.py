@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from nlp import _graph_rewrites, engine, quiet_tensorflow
@@ -108,13 +108,32 @@ def _freeze(session: Any, graph: Any, output_names: Sequence[str]) -> Any:
     return graph_def
 
 
+# Exact rewrites that are not applied unless asked for (``extra_rewrites``), with why.
+# ``fuse_sibling_dense`` (Q, K and V as one matmul): on RBT6 (AMD EPYC, 2 shared cores) it was no
+# faster: interleaved medians before -> after, bf16 1x128 78.6 -> 82.1 ms, 8x128 726 -> 752 ms, fp32
+# 1x16 30.8 -> 35.1 ms; traced, the SplitV that gives Q, K and V back costs 30 ms of a 774 ms
+# bf16 8x128 call and the one wider oneDNN matmul took no less time than the three.
+OPT_IN_REWRITES = ("fuse_sibling_dense",)
+
+
+def check_extra_rewrites(names: Collection[str]) -> None:
+    """ValueError unless every name is one of ``OPT_IN_REWRITES``."""
+    unknown = set(names) - set(OPT_IN_REWRITES)
+    if unknown:
+        raise ValueError(f"unknown graph rewrites {sorted(unknown)}; known: {OPT_IN_REWRITES}")
+
+
 def _rewrite(
-    graph_def: Any, output_names: Sequence[str], dims: dict[str, list[int | None] | None]
+    graph_def: Any,
+    output_names: Sequence[str],
+    dims: dict[str, list[int | None] | None],
+    extra_rewrites: Collection[str] = (),
 ) -> dict[str, int]:
     """Apply the exact per-call rewrites of ``nlp._graph_rewrites`` to a frozen, bias-folded graph,
     in place; returns how many places each rewrote.
 
-    Order matters: the pointer heads' mask moves before their bias terms only once its
+    Order matters: sibling Dense layers (Q, K, V) are fused once their input flattening is one
+    constant shape (then their three inputs compare equal); the pointer heads' mask moves before their bias terms only once its
     ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape.
     Nodes nothing reads any more are pruned between steps. ``dims``: each node's static output
     shape (None where the rank is unknown), from the graph as loaded.
@@ -128,6 +147,8 @@ def _rewrite(
         ("mask_pointer_scores_once", rewrites.mask_pointer_scores_once),
         ("rewrite_erf_gelus", rewrites.rewrite_erf_gelus),
     ]
+    if "fuse_sibling_dense" in extra_rewrites:  # after the flattening, see OPT_IN_REWRITES
+        steps.insert(1, ("fuse_sibling_dense", rewrites.fuse_sibling_dense))
     if engine._onednn_layer_norm():
         steps.append(("rewrite_layer_norms", lambda g: rewrites.rewrite_layer_norms(g, ranks)))
     if engine._onednn_enabled():  # int8 graphs only: their quantized ops have oneDNN kernels alone
@@ -144,11 +165,18 @@ def freeze_graph_def(session: Any, graph: Any, output_names: Sequence[str]) -> A
 
 
 def frozen_graph_def(
-    session: Any, graph: Any, output_names: Sequence[str], *, graph_rewrites: bool = True
+    session: Any,
+    graph: Any,
+    output_names: Sequence[str],
+    *,
+    graph_rewrites: bool = True,
+    extra_rewrites: Collection[str] = (),
 ) -> tuple[Any, dict[str, int]]:
     """``graph`` (loaded in ``session``) frozen and bias-folded, rewritten unless ``graph_rewrites``
-    is False; and how many places each rewrite changed (empty without rewrites). Raises TensorFlow's
-    errors for a graph that cannot be frozen (a TF2 export, whose layers read resource variables)."""
+    is False (and by ``extra_rewrites`` too, names from ``OPT_IN_REWRITES``); and how many places
+    each rewrite changed (empty without rewrites). Raises TensorFlow's errors for a graph that
+    cannot be frozen (a TF2 export, whose layers read resource variables)."""
+    check_extra_rewrites(extra_rewrites)
     graph_def = _freeze(session, graph, output_names)
     if not graph_rewrites:
         return graph_def, {}
@@ -157,4 +185,4 @@ def frozen_graph_def(
         for op in graph.get_operations()
         if op.outputs
     }
-    return graph_def, _rewrite(graph_def, output_names, dims)
+    return graph_def, _rewrite(graph_def, output_names, dims, extra_rewrites)

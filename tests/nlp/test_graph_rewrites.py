@@ -57,6 +57,7 @@ def test_rewritten_graph_gives_the_original_scores(jittered_model_dir):
     assert rewritten.rewrites["rewrite_erf_gelus"] == 2
     # every Dense flattens its input with a constant shape: 6 per layer, 2 per pointer head
     assert rewritten.rewrites["flatten_dense_inputs"] == 2 * 6 + 3 * 2
+    assert "fuse_sibling_dense" not in rewritten.rewrites  # opt-in: not faster (tf_graph)
     ops = [op.type for op in rewritten._graph.get_operations()]
     assert not {"BroadcastTo", "VarHandleOp", "ReadVariableOp"} & set(ops)
     if engine._onednn_layer_norm():
@@ -382,3 +383,91 @@ def test_dense_input_flattening_needs_the_contracted_dims_static():
         name: None if shape is None else [None] * len(shape) for name, shape in _dims(graph).items()
     }
     assert rewrites.flatten_dense_inputs(graph_def, dims) == 0
+
+
+def test_fuse_sibling_dense_runs_one_matmul_for_q_k_v(jittered_model_dir):
+    """Issue 24: Q, K and V as one matmul per layer; fewer MatMuls, the same scores, weights once."""
+    import tensorflow as tf
+
+    from nlp.tf_graph import frozen_graph_def
+
+    reference = _runtime(jittered_model_dir, rewrite=False)
+    rewritten = _runtime(jittered_model_dir, extra_rewrites=("fuse_sibling_dense",))
+    # Q, K and V per layer; the three pointer heads' first Dense read the same encoder output
+    assert rewritten.rewrites["fuse_sibling_dense"] == 2 + 1
+    before = [op.type for op in reference._graph.get_operations()]
+    after = [op.type for op in rewritten._graph.get_operations()]
+    # 2 layers x (3 -> 1) and the pointer heads' 3 -> 1
+    assert after.count("MatMul") == before.count("MatMul") - 2 * 2 - 2
+    assert after.count("SplitV") == 3
+    assert len(after) < len(before)
+
+    def const_bytes(graph):
+        return sum(
+            len(op.get_attr("value").tensor_content)
+            for op in graph.get_operations()
+            if op.type == "Const"
+        )
+
+    assert const_bytes(rewritten._graph) <= const_bytes(reference._graph)  # weights held once
+    _assert_same_scores(reference, rewritten)
+    # applied again, it finds nothing left to fuse (and changes nothing)
+    graph_def = rewritten._graph.as_graph_def()
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    assert rewrites.fuse_sibling_dense(copy) == 0 and copy == graph_def
+    with pytest.raises(ValueError, match="unknown graph rewrites"):
+        frozen_graph_def(None, None, [], extra_rewrites=("no_such_rewrite",))
+    reference.close()
+    rewritten.close()
+
+
+def test_fuse_sibling_dense_leaves_unequal_inputs_alone():
+    """Two Dense layers over different inputs are not siblings: nothing changes."""
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.compat.v1.placeholder(tf.float32, [None, 4], name="a")
+        b = tf.compat.v1.placeholder(tf.float32, [None, 4], name="b")
+        w = tf.constant(np.ones((4, 3), np.float32))
+        bias = tf.constant(np.arange(3, dtype=np.float32))
+        tf.nn.bias_add(tf.matmul(a, w), bias, name="ya")
+        tf.nn.bias_add(tf.matmul(b, w), bias, name="yb")
+    graph_def = graph.as_graph_def()
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    assert rewrites.fuse_sibling_dense(copy) == 0 and copy == graph_def
+
+
+def test_fuse_sibling_dense_gives_each_dense_its_own_columns():
+    """Three Dense layers over one input: one MatMul, a SplitV, and each output as before."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        for i, width in enumerate((8, 8, 5)):
+            w = tf.constant(rng.normal(size=(8, width)).astype(np.float32))
+            b = tf.constant(rng.normal(size=width).astype(np.float32))
+            tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, 8]), w), b, name=f"y{i}")
+    graph_def = graph.as_graph_def()
+    feed = rng.normal(size=(3, 8)).astype(np.float32)
+    fetches = ["y0:0", "y1:0", "y2:0"]
+
+    def run(gd):
+        g = tf.Graph()
+        with g.as_default():
+            tf.import_graph_def(gd, name="")
+        with tf.compat.v1.Session(graph=g) as session:
+            ops = [op.type for op in g.get_operations()]
+            return session.run(fetches, {"x:0": feed}), ops
+
+    expected, ops_before = run(graph_def)
+    assert rewrites.fuse_sibling_dense(graph_def) == 1
+    rewrites.prune(graph_def, fetches)
+    got, ops_after = run(graph_def)
+    assert ops_before.count("MatMul") == 3 and ops_after.count("MatMul") == 1
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)

@@ -186,3 +186,63 @@ def test_runtime_op_time_by_type_traces_one_call_at_a_warmed_shape(triples_model
         op_time_by_type(rt, np.zeros((3, 16), dtype=np.int32), np.zeros((3, 16), dtype=np.int32))
     assert rt.graph_op_count == rt.op_count  # tracing creates no node
     rt.close()
+
+
+# -- thread plan (issue 24) ---------------------------------------------------------------------
+
+
+def test_runtime_thread_plan_picks_the_session_by_length_and_gives_the_same_scores(
+    triples_model_dir,
+):
+    from nlp.runtime import plan_threads
+
+    shapes = [(1, 16), (1, 32), (2, 32)]
+    plain = session_runtime(triples_model_dir, shapes, intra_op_threads=2, freeze=True)
+    planned = session_runtime(
+        triples_model_dir,
+        shapes,
+        intra_op_threads=2,
+        freeze=True,
+        thread_plan=((16, 1), (24, 4)),  # 4 is above the bound: capped to the main session's 2
+    )
+    assert planned.thread_plan == ((16, 1), (24, 4))
+    assert [planned.session_threads(n) for n in (1, 16, 17, 24, 32)] == [1, 1, 2, 2, 2]
+    assert set(planned._by_threads) == {1}  # one extra session: threads 1
+    assert [plan_threads(((16, 1),), n, 3) for n in (16, 17)] == [1, 3]
+    used = []
+    for threads, session in ((1, planned._by_threads[1]), (2, planned._session)):
+        real_run = session.run
+        session.run = lambda *a, _run=real_run, _t=threads, **k: used.append(_t) or _run(*a, **k)
+    rng = np.random.default_rng(0)
+    for batch, length in shapes:
+        ids = rng.integers(5, 100, size=(batch, length)).astype(np.int32)
+        a_out, b_out = plain.run(ids, np.zeros_like(ids)), planned.run(ids, np.zeros_like(ids))
+        for a, b in zip(a_out, b_out, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert used == [1, 2, 2]  # 1x16 on the one-thread session, 1x32 and 2x32 on the main one
+    plain.close()
+    planned.close()
+
+
+def test_runtime_thread_plan_is_ignored_for_a_graph_with_variables(triples_model_dir, caplog):
+    rt = _runtime(triples_model_dir, intra_op_threads=2, thread_plan=((16, 1),))
+    assert not rt.frozen and rt.thread_plan == () and rt.session_threads(16) == 2
+    assert "thread plan is for frozen graphs" in caplog.text
+    rt.close()
+
+
+@pytest.mark.parametrize(
+    ("plan", "threads", "match"),
+    [(((16, 0),), 2, "positive"), (((0, 1),), 2, "positive"), (((16, 1),), None, "upper bound")],
+)
+def test_runtime_thread_plan_refuses_bad_plans(triples_model_dir, plan, threads, match):
+    with pytest.raises(ModelLoadError, match=match):
+        _runtime(triples_model_dir, intra_op_threads=threads, freeze=True, thread_plan=plan)
+
+
+def test_runtime_measured_thread_plans_are_for_frozen_precisions():
+    from nlp.runtime import FROZEN_PRECISIONS, SHORT_CALL_PLANS
+
+    assert set(SHORT_CALL_PLANS) <= set(FROZEN_PRECISIONS)
+    for plan in SHORT_CALL_PLANS.values():
+        assert plan == tuple(sorted(plan)) and all(n > 0 and t == 1 for n, t in plan)
