@@ -51,6 +51,11 @@ MEMORY_HEADROOM = 0.9
 BASE_RSS_MIB = 820.0
 RSS_PER_MODEL_MIB = 4.0
 EXTRA_PER_MODEL_MIB = {"bf16": 4.3, "int8": 7.5}
+# The openvino engine (one compiled model with dynamic shapes, its kernels' per-shape caches and
+# plans), per MiB on disk, in place of the TF factors: RBT6 served by ``python -m bench http-peers``,
+# int8 (60 MiB on disk) 2,355 MiB per worker after warm-up; fp32 (229 MiB) about 2.9 GiB in
+# ``python -m bench memory`` (AMD EPYC, 2 cores, 2026-12-03). bf16 is an fp32 directory run in bf16.
+OPENVINO_PER_MODEL_MIB = {"fp32": 9.1, "bf16": 9.1, "int8": 25.6}
 
 
 @dataclass(frozen=True)
@@ -265,7 +270,20 @@ def model_rss_mib(model_dir: Path, precision: str | None = None) -> float:
         except OSError:
             continue
     effective = model_precision(model_dir, precision)
+    if _engine(model_dir) == "openvino":
+        return OPENVINO_PER_MODEL_MIB.get(effective, OPENVINO_PER_MODEL_MIB["fp32"]) * size / MIB
     return (RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(effective, 0.0)) * size / MIB
+
+
+def _engine(model_dir: Path) -> str:
+    """The engine ``model_dir``'s model.json names (``tf`` when it names none or cannot be read;
+    loading reports a bad manifest, this is only the estimate)."""
+    try:
+        doc = json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))
+        name = doc["engine"]["name"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return "tf"
+    return name if isinstance(name, str) else "tf"
 
 
 def estimate_worker_rss_mib(

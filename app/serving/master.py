@@ -51,7 +51,7 @@ from gunicorn.app.wsgiapp import WSGIApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from app.core.settings import Settings, SettingsError
+from app.core.settings import JEMALLOC_PATH, Settings, SettingsError
 from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
 
@@ -69,6 +69,26 @@ _WAIT_S = 0.1
 # The settings of the generation being forked (set in the master before each fork, inherited by the
 # worker): what ``worker_app`` builds the app with.
 SETTINGS: Settings | None = None
+
+
+def preload_blocks_reload(manifests: list[Manifest], ld_preload: str) -> str | None:
+    """Why a reload onto ``manifests`` cannot run in a master started with ``ld_preload``, or None:
+    an openvino model under the jemalloc this master preloaded (its new workers would abort compiling
+    the model; only a restart drops the preload).
+
+    >>> preload_blocks_reload([], f"{JEMALLOC_PATH}") is None
+    True
+    """
+    if str(JEMALLOC_PATH) not in ld_preload.split(":"):
+        return None
+    openvino = [m.name for m in manifests if m.engine == "openvino"]
+    if not openvino:
+        return None
+    return (
+        f"{', '.join(openvino)} runs on the openvino engine, which aborts under the jemalloc this "
+        "server preloaded when it started (OpenVINO 2026.4.1: free(): invalid pointer); restart "
+        "spo serve to serve it (spo serve leaves jemalloc out for openvino models)"
+    )
 
 
 def check_model_dir(model_dir: Path) -> Manifest:
@@ -222,6 +242,15 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             self.log.error(
                 "reload refused: %s; the %d running workers keep serving %s",
                 reason,
+                len(self.WORKERS),
+                models_label(self.settings),
+            )
+            return
+        blocked = preload_blocks_reload(manifests, os.environ.get("LD_PRELOAD", ""))
+        if blocked is not None:
+            self.log.error(
+                "reload refused: %s; the %d running workers keep serving %s",
+                blocked,
                 len(self.WORKERS),
                 models_label(self.settings),
             )

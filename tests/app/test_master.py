@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -389,3 +390,22 @@ def test_master_workers_get_their_generations_settings_by_the_fork(
         assert arbiter.spawn_worker() == 4242
         assert seen[-1] == (arbiter.settings, environ)
         assert master.handed_settings() is arbiter.settings
+
+
+def test_master_refuses_a_reload_onto_openvino_under_preloaded_jemalloc() -> None:
+    """A master started with jemalloc preloaded cannot serve an openvino model (OpenVINO 2026.4.1
+    aborts compiling under it): the reload is refused with the reason, not left to crash workers."""
+    from app.core.settings import JEMALLOC_PATH
+    from app.serving.master import preload_blocks_reload
+
+    tf, ov = (
+        SimpleNamespace(name="demo", engine="tf"),
+        SimpleNamespace(name="ov", engine="openvino"),
+    )
+    preload = f"/lib/other.so:{JEMALLOC_PATH}"
+    reason = preload_blocks_reload([tf, ov], preload)  # type: ignore[list-item]
+    assert reason is not None and "ov runs on the openvino engine" in reason
+    assert "restart" in reason
+    assert preload_blocks_reload([tf], preload) is None  # type: ignore[list-item]
+    assert preload_blocks_reload([tf, ov], "/lib/other.so") is None  # type: ignore[list-item]
+    assert preload_blocks_reload([tf, ov], "") is None  # type: ignore[list-item]
