@@ -64,12 +64,12 @@ def _session_config(
 ThreadPlan = tuple[tuple[int, int], ...]
 
 
-# The plan ``python -m bench threadplan`` chose for 2 intra-op threads on RBT6 (AMD EPYC, 2 shared
-# cores): the shorter crossover of two runs (one thread faster up to bf16 32 / 64, int8 96 / 64
-# tokens; int8 at 16 tokens 10.7 vs 20.0 ms). Opt-in (pass it as ``thread_plan``): the one-thread
-# session costs 0.9-1.1 GiB RSS in bf16 and 0.5 GiB in int8. fp32 is served from its variables,
-# where no plan applies.
-SHORT_CALL_PLANS: dict[str, ThreadPlan] = {"bf16": ((32, 1),), "int8": ((64, 1),)}
+# The plan ``python -m bench threadplan`` chose for 2 intra-op threads on RBT6 (AMD EPYC, 2 idle cores,
+# 2026-12-03 21:29): one thread is faster at every length up to 128 in int8 (16 tokens 16.9 vs 25.8 ms,
+# 128 tokens 59.4 vs 69.8), at none in bf16 or frozen fp32 (two runs on a loaded machine had shown bf16
+# crossovers of 32-64 tokens: load, not the CPU). Opt-in (pass it as ``thread_plan``): the one-thread
+# session costs 0.5 GiB RSS in int8. fp32 is served from its variables, where no plan applies.
+SHORT_CALL_PLANS: dict[str, ThreadPlan] = {"int8": ((128, 1),)}
 
 
 def plan_threads(plan: ThreadPlan, length: int, upper: int) -> int:
