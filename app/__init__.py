@@ -33,6 +33,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     loader: Loader | None = None,
+    load_models: bool = True,
 ) -> Flask:
     """The service app for ``settings`` (``Settings.from_env()`` when omitted).
 
@@ -41,7 +42,8 @@ def create_app(
     fails leaves the app up, that model unready and retrying with backoff (``app.web.model_slot``); it never
     raises here. ``loader``
     (given ``settings.load_options(directory)`` for each) replaces ``nlp.loader.load_extractor`` in
-    tests. ``app.extensions["spo.models"]`` holds the ``ModelRegistry``, ``app.extensions["spo"]``
+    tests. ``load_models=False`` loads none (every model stays unready): ``spo serve --check-config``
+    builds the app only to validate it, and exits at once. ``app.extensions["spo.models"]`` holds the ``ModelRegistry``, ``app.extensions["spo"]``
     the default model's slot. With ``SPO_MICROBATCH_WAIT_MS`` above 0 each model has a
     ``MicroBatcher`` (``app.web.microbatch``); ``app.extensions["spo.microbatch"]`` is the default's.
     """
@@ -70,6 +72,8 @@ def create_app(
     pages.init_app(app)
     batch.init_app(app)
 
+    if not load_models:
+        return app
     load = loader or load_extractor
     # Created by a command line (`flask --app app extract`, `flask run`): the batch command loads the
     # model in its own workers, so the app's copy loads in the background rather than blocking it.

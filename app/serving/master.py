@@ -116,7 +116,9 @@ def worker_app() -> Any:
     with the settings of the worker's generation, handed down by the fork."""
     from app import create_app
 
-    return create_app(handed_settings())
+    # `--check-config` builds the app only to validate it and exits at once: a model load started
+    # then would be cut off inside TensorFlow at interpreter exit (seen as SIGABRT under load).
+    return create_app(handed_settings(), load_models=not CHECK_ONLY)
 
 
 def resolve_models(settings: Settings) -> tuple[Settings, list[Manifest]]:
@@ -390,11 +392,17 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             )
 
 
+# True while gunicorn only prints or checks the configuration (``worker_app`` then loads no model).
+CHECK_ONLY = False
+
+
 class SpoApplication(WSGIApplication):  # type: ignore[misc]
     """gunicorn's command line, run by ``SpoArbiter``."""
 
     def run(self) -> None:
         if self.cfg.print_config or self.cfg.check_config:
+            global CHECK_ONLY
+            CHECK_ONLY = True
             super().run()  # gunicorn validates and exits
             return
         try:

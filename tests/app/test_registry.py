@@ -364,3 +364,15 @@ def test_registry_batch_unknown_model_names_the_known_ones(
     result = CliRunner().invoke(main, ["extract", "-", "--model", "nope"], input="x\n", env=env)
     assert result.exit_code == 2 and not captured
     assert "neither a model name (spo, ner) nor a model directory" in result.stderr
+
+
+def test_registry_an_app_built_to_be_checked_loads_no_model(two_models: Settings) -> None:
+    """`spo serve --check-config` builds the app and exits at once: no load may start (a load cut off
+    inside TensorFlow at exit aborts the process)."""
+    loader = Loader()
+    for mode in ("boot", "background"):
+        app = create_app(two_models.replace(load_mode=mode), loader=loader, load_models=False)
+        assert loader.extractors == {}
+        assert app.test_client().get("/readyz").status_code == 503
+    create_app(two_models.replace(load_mode="boot"), loader=loader)
+    assert len(loader.extractors) == 2  # the same settings load both models when built to serve
