@@ -118,15 +118,16 @@ EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
 
 @pytest.mark.slow
 def test_openvino_export_demo_model_gives_the_same_triples(tmp_path):
-    """models/demo through the command line: fp32 gives the TF session's triples on every text,
-    NNCF int8 on at least 97% of them with F1 within 0.01 (docs/training.md has the full sets)."""
+    """models/demo through the command line: NNCF int8 (calibrated on the default generator
+    sentences) gives the TF session's triples on at least 97% of texts with F1 within 0.01
+    (docs/training.md has the full sets; fp32's equality with the TF session is tested on the tiny
+    model, output by output, in tests/nlp/test_openvino_runtime.py)."""
     from nlp.pipeline import Extractor
     from training.corpus import write_corpus
     from training.evaluate import gold_triples, read_records, score
 
-    for precision in ("fp32", "int8"):
-        code, output = _export(str(DEMO), str(tmp_path / precision), "--precision", precision)
-        assert code == 0, output
+    code, output = _export(str(DEMO), str(tmp_path / "int8"), "--precision", "int8")
+    assert code == 0, output
     heldout = tmp_path / "heldout.jsonl"
     write_corpus(heldout, 300, 2, split="heldout")  # the demo held-out set's generator and seed
     records = read_records(heldout) + read_records(EVERYDAY)
@@ -143,7 +144,6 @@ def test_openvino_export_demo_model_gives_the_same_triples(tmp_path):
         return score(keys, [gold_triples(r) for r in records]).f1
 
     reference = triples(DEMO)
-    assert triples(tmp_path / "fp32") == reference
     int8 = triples(tmp_path / "int8")
     same = sum(a == b for a, b in zip(int8, reference, strict=True))
     assert same >= 0.97 * len(texts), f"int8: identical triples on {same}/{len(texts)} texts"
