@@ -5,3 +5,14 @@ May import TensorFlow and bert4keras; the server never imports this package. Imp
 """
 
 import nlp  # noqa: F401
+
+
+def missing_modules(names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that do not import here (an optional extra's tools, named in its error)."""
+    missing = []
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    return missing

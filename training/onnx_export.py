@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from training import missing_modules
+
 logger = logging.getLogger(__name__)
 
 OPSET = 17
@@ -50,12 +52,7 @@ class OnnxExportError(RuntimeError):
 
 
 def _require_tools() -> None:
-    missing = []
-    for module in ("tf2onnx", "onnx", "onnxruntime"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
+    missing = missing_modules(("tf2onnx", "onnx", "onnxruntime"))
     if missing:
         raise OnnxExportError(
             f"ONNX export needs {', '.join(missing)}, which are optional: {EXTRA_HINT}"

@@ -33,6 +33,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from training import missing_modules
+
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "int8")
@@ -50,12 +52,7 @@ class OpenVinoExportError(RuntimeError):
 
 def _require_tools() -> None:
     """``OpenVinoExportError`` naming the install command unless openvino and nncf import."""
-    missing = []
-    for module in TOOLS:
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
+    missing = missing_modules(TOOLS)
     if missing:
         raise OpenVinoExportError(
             f"OpenVINO export needs {', '.join(missing)}, which are optional: {EXTRA_HINT}"
