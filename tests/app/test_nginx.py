@@ -6,6 +6,7 @@ The live tests need Debian's nginx (``.ci/run`` installs nginx-light) and skip, 
 
 from __future__ import annotations
 
+import http.client
 import re
 import shutil
 import signal
@@ -292,13 +293,20 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
     triples_model_dir: Path, tmp_path: Path
 ) -> None:
     """2 workers, 4 clients sending without pause; SIGKILL one worker, another 6 s later: every request
-    is answered 200 (nginx retries what a dead worker held on the other upstream entry)."""
+    is answered 200 (nginx retries what a dead worker held on the other upstream entry).
+
+    One exception, which no proxy can hide: a kill that lands after the worker wrote its answer's
+    header and before it wrote the body (gunicorn sends them in two writes). nginx has already passed
+    the header on, so it cannot retry; the client sees a body shorter than its Content-Length
+    (``IncompleteRead``), never a wrong answer. At most one such request per kill is allowed."""
     port = free_port()
     log = tmp_path / "serve.log"
     env = {**serve_env(triples_model_dir), "SPO_WORKERS": "2", "SPO_MAX_REQUESTS": "0"}
     process = start(port, env, log)
     outcomes: Counter[str] = Counter()
     failures: list[str] = []
+    truncated: list[float] = []  # when each truncated answer was seen
+    kills: list[float] = []
     stop = threading.Event()
     lock = threading.Lock()
 
@@ -311,7 +319,10 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
                 outcome = str(answer.status)
                 if answer.status != 200:
                     failures.append(f"{answer.status} {answer.body[:200]!r}")
-            except OSError as exc:
+            except http.client.IncompleteRead:
+                outcome = "truncated"
+                truncated.append(time.monotonic())
+            except (OSError, http.client.HTTPException) as exc:
                 outcome = type(exc).__name__
                 failures.append(repr(exc))
             with lock:
@@ -327,8 +338,10 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
             thread.start()
         time.sleep(2)
         before_kills = sum(outcomes.values())
+        kills.append(time.monotonic())
         psutil.Process(first).send_signal(signal.SIGKILL)
         time.sleep(SECOND_KILL_AFTER_S)
+        kills.append(time.monotonic())
         psutil.Process(second).send_signal(signal.SIGKILL)
         # Until both replacements serve (they load the model), then a little longer.
         wait_workers(log, 4, BOOT_TIMEOUT_S)
@@ -352,6 +365,9 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
         f"both replacements were ready; nginx saw {retried} request(s) die with their worker"
     )
     assert not failures, f"{len(failures)} failed: {failures[:5]}\n{output[-3000:]}"
+    # A truncated answer only right after a kill (the one a killed worker was writing), one per kill.
+    assert len(truncated) <= len(kills)
+    assert all(any(0 <= t - k < 5 for k in kills) for t in truncated), (truncated, kills)
     # With 4 clients on 2 workers a worker is all but never idle: a kill takes requests with it.
     assert retried >= 1, "no kill landed on a request: the retry was not exercised"
     assert outcomes["200"] > after_kills > before_kills > 0
