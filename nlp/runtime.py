@@ -230,12 +230,22 @@ class SessionRuntime(WarmedShapes):
                 ", ".join(FROZEN_PRECISIONS),
                 precision,
             )
-        return cls(
+        runtime = cls(
             cls.model_path(manifest),
             **arguments,
             thread_plan=plan,
             extra_rewrites=options.extra_rewrites if frozen else (),
         )
+        if runtime._by_threads:
+            logger.info(
+                "%s: short-call thread plan %s: sessions on %s intra-op thread(s) beside the main "
+                "one's %s",
+                manifest.directory,
+                runtime.thread_plan,
+                ", ".join(map(str, sorted(runtime._by_threads))),
+                options.intra_op_threads,
+            )
+        return runtime
 
     @classmethod
     def model_path(cls, manifest: Manifest) -> Path:

@@ -285,7 +285,7 @@ _TABLE = (
            commands=_BOTH, doc_default="the model's own", **_choices(PRECISIONS)),
     Option("short_call_threads", False, "TF session: run short calls on a second session with fewer "
            "intra-op threads, by the plan measured for the precision (" + _plans() + "; none for "
-           "the others, which run without); it holds the weights again (RBT6 int8: +478 MiB per "
+           "the others, which run without); it holds the weights again (RBT6 int8: +551 MiB per "
            "worker, counted by the sizing) and makes no session at 1 intra-op thread, the default "
            "on 2 cores (BENCHMARKS.md, issue 24 part 3); ignored by the onnx and openvino engines",
            _bool, flags=("--short-call-threads",), commands=_EXTRACT, flag=True),

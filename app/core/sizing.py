@@ -60,10 +60,13 @@ EXTRA_PER_MODEL_MIB = {"bf16": 4.3, "int8": 7.5}
 OPENVINO_PER_MODEL_MIB = {"fp32": 9.1, "bf16": 9.1, "int8": 25.6}
 # Each extra session of a short-call thread plan (``SPO_SHORT_CALL_THREADS``; ``nlp.config.plan_sessions``
 # counts them: none at 1 intra-op thread) holds the frozen graph's weights again, with its kernels'
-# caches, per MiB of the model directory on disk: RBT6 (``python -m bench threadplan``, AMD EPYC, 2
-# cores, 2026-12-03) int8 +478 MiB for its 106 MiB directory (4.5), bf16 +926 MiB for the 229 MiB fp32
-# directory (4.0), frozen fp32 +1,096 MiB (4.8). Only int8 has a measured plan today.
-PLAN_SESSION_PER_MODEL_MIB = {"fp32": 4.8, "bf16": 4.0, "int8": 4.5}
+# caches, per MiB of the model directory on disk. int8: RBT6's 106 MiB directory loaded as a worker
+# does (``load_extractor``, 2 intra-op threads, every bucket shape warmed) held 2,058 / 2,063 MiB
+# without the plan and 2,609 / 2,606 MiB with it (+543-551 MiB, 5.2 x; AMD EPYC, 2 cores, 2026-12-03;
+# ``python -m bench threadplan``, which warms one-row shapes only, measured +478). bf16 and frozen fp32
+# from ``bench threadplan`` alone (+926 MiB, +1,096 MiB for the 229 MiB fp32 directory); neither has a
+# measured plan today.
+PLAN_SESSION_PER_MODEL_MIB = {"fp32": 4.8, "bf16": 4.0, "int8": 5.2}
 
 
 @dataclass(frozen=True)

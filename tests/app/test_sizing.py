@@ -250,12 +250,12 @@ def test_sizing_an_openvino_directory_by_the_openvino_engines_measured_rss(tmp_p
 
 def test_sizing_short_call_threads_count_a_second_copy_of_the_weights(tmp_path: Path) -> None:
     """Issue 24 part 3: the int8 thread plan's one-thread session holds the frozen weights again
-    (RBT6: +478 MiB for its 106 MiB directory), but only where it makes a session: above one thread,
-    in a precision with a measured plan, on the TF engine."""
+    (RBT6: +543-551 MiB for its 106 MiB directory, every shape warmed), but only where it makes a
+    session: above one thread, in a precision with a measured plan, on the TF engine."""
     int8 = _fake_model(tmp_path / "int8", 106, precision="int8")
     fp32 = _fake_model(tmp_path / "fp32", 106)
     extra = sizing.short_call_rss_mib(int8, None, 2)
-    assert 450 <= extra <= 510  # the measured 478 MiB, from the size on disk
+    assert 520 <= extra <= 580  # the measured +543-551 MiB, from the size on disk
     assert sizing.short_call_rss_mib(int8, None, 1) == 0  # every call already on one thread
     assert sizing.short_call_rss_mib(int8, None, None) == 0
     assert sizing.short_call_rss_mib(fp32, None, 2) == 0  # fp32: no measured plan

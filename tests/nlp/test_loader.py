@@ -56,7 +56,10 @@ def _outputs(extractor, length: int) -> list[np.ndarray]:
     return extractor.runtime.run(ids, np.zeros_like(ids))
 
 
-def test_loader_int8_gets_the_measured_thread_plan_and_the_extra_rewrite(int8_dir, int8_runs):
+def test_loader_int8_gets_the_measured_thread_plan_and_the_extra_rewrite(
+    int8_dir, int8_runs, caplog
+):
+    caplog.set_level(logging.INFO, logger="nlp.runtime")
     plain = load_extractor(LoadOptions(int8_dir, intra_op_threads=2))
     tuned = load_extractor(
         LoadOptions(
@@ -75,6 +78,7 @@ def test_loader_int8_gets_the_measured_thread_plan_and_the_extra_rewrite(int8_di
         assert tuned.runtime.session_threads(16) == 1
         assert tuned.runtime.rewrites["fuse_sibling_dense"] == 2 + 1  # 2 layers' Q/K/V, the heads
         assert _scores(tuned) == _scores(plain)
+        assert "sessions on 1 intra-op thread(s) beside the main one's 2" in caplog.text
         for a, b in zip(_outputs(plain, 16), _outputs(tuned, 16), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
 
