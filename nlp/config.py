@@ -61,6 +61,39 @@ DEFAULT_PRECISION = (
 )
 
 
+# The thread plans ``python -m bench threadplan`` measured, by precision (``nlp.runtime`` runs them;
+# here, without TensorFlow, so that the service's sizing can count their sessions): ``(up to this many
+# tokens, intra-op threads)`` pairs by ascending length; a call of at most that many padded tokens runs
+# on a second session of the frozen graph with that many threads (capped by ``intra_op_threads``).
+# RBT6, AMD EPYC, 2 idle cores, 2026-12-03 21:29: one thread is faster at every length up to 128 in int8
+# (16 tokens 16.9 vs 25.8 ms, 128 tokens 59.4 vs 69.8), at none in bf16 or frozen fp32. Opt-in
+# (``LoadOptions.short_call_threads``): the one-thread session holds the weights again, 478 MiB RSS in
+# int8 (BENCHMARKS.md, issue 24 part 3); fp32 is served from its variables, where no plan applies.
+ThreadPlan = tuple[tuple[int, int], ...]
+SHORT_CALL_PLANS: dict[str, ThreadPlan] = {"int8": ((128, 1),)}
+
+# The exact graph rewrites the TF session applies only when asked (``nlp.tf_graph.OPT_IN_REWRITES``,
+# which tests compare to this table): name -> what it does. Frozen graphs only (bf16, int8).
+EXTRA_REWRITES: dict[str, str] = {
+    "fuse_sibling_dense": "Dense layers over one input (attention's Q, K, V) as one matmul; exact, "
+    "not faster on RBT6",
+}
+# The options only the TF session runs (the onnx and openvino engines ignore them, with a warning).
+TF_SESSION_OPTIONS = ("short_call_threads", "extra_rewrites")
+
+
+def plan_sessions(plan: ThreadPlan, intra_op_threads: int | None) -> tuple[int, ...]:
+    """The thread counts of the extra sessions ``plan`` makes under an upper bound of
+    ``intra_op_threads`` (none without a bound, or at one thread: every call already runs on one).
+
+    >>> plan_sessions(((128, 1),), 2), plan_sessions(((128, 1),), 1), plan_sessions(((16, 1),), None)
+    ((1,), (), ())
+    """
+    if intra_op_threads is None:
+        return ()
+    return tuple(sorted({t for _, t in plan if t < intra_op_threads}))
+
+
 def precision_help() -> str:
     """One line naming every precision and what it needs (for ``--help`` and settings)."""
     return "; ".join(f"{name}: {needs}" for name, needs in PRECISIONS.items())
@@ -75,6 +108,13 @@ class LoadOptions:
     ``intra_op_threads`` / ``inter_op_threads``: TensorFlow's thread pools (``None``: TensorFlow's
     default); ``max_text_chars``: longer texts are refused with ``TextTooLong``;
     ``max_batch_tokens``: the most tokens in one model call (``None``: no cap; ``nlp.bucketing``).
+
+    TF session only (``TF_SESSION_OPTIONS``; other engines ignore them with a warning), both off by
+    default for measured reasons (BENCHMARKS.md, issue 24 part 3): ``short_call_threads``: run short
+    calls on a second session with the thread plan measured for the precision (``SHORT_CALL_PLANS``;
+    needs ``intra_op_threads``, the plan's upper bound; a precision without a plan, or a graph served
+    from its variables, runs without, with a log line); ``extra_rewrites``: names of
+    ``EXTRA_REWRITES`` to apply to a frozen graph.
     """
 
     model_dir: Path
@@ -83,9 +123,15 @@ class LoadOptions:
     inter_op_threads: int | None = None
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS
+    short_call_threads: bool = False
+    extra_rewrites: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
+        rewrites = self.extra_rewrites
+        object.__setattr__(
+            self, "extra_rewrites", (rewrites,) if isinstance(rewrites, str) else tuple(rewrites)
+        )
 
     def replace(self, **changes: Any) -> LoadOptions:
         return dataclasses.replace(self, **changes)
@@ -102,6 +148,26 @@ class LoadOptions:
         """
         return self if self.precision is not None else self.replace(precision=model_precision)
 
+    def thread_plan(self, precision: str) -> ThreadPlan:
+        """The thread plan to run ``precision`` with: its measured one when ``short_call_threads``
+        is on, else none (``()``, also for a precision with no measured plan).
+
+        >>> LoadOptions("m", short_call_threads=True).thread_plan("int8")
+        ((128, 1),)
+        >>> LoadOptions("m", short_call_threads=True).thread_plan("bf16")
+        ()
+        """
+        return SHORT_CALL_PLANS.get(precision, ()) if self.short_call_threads else ()
+
+    def tf_session_options(self) -> list[str]:
+        """The TF-session-only options that are set, as ``name=value`` (empty when none is)."""
+        out = []
+        if self.short_call_threads:
+            out.append("short_call_threads=on")
+        if self.extra_rewrites:
+            out.append(f"extra_rewrites={','.join(self.extra_rewrites)}")
+        return out
+
     def problems(self) -> list[str]:
         """Every invalid option, in words (empty when all is well). Model files are checked on load."""
         out = []
@@ -113,4 +179,12 @@ class LoadOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 out.append(f"{name} must be positive, got {value}")
+        unknown = [r for r in self.extra_rewrites if r not in EXTRA_REWRITES]
+        if unknown:
+            out.append(
+                f"extra_rewrites must be among {', '.join(EXTRA_REWRITES)}, got "
+                f"{', '.join(map(repr, unknown))}"
+            )
+        if self.short_call_threads and self.intra_op_threads is None:
+            out.append("short_call_threads needs intra_op_threads (the thread plan's upper bound)")
         return out

@@ -30,7 +30,14 @@ with quiet_tensorflow():
     import tensorflow as tf
 
 from nlp import engine
-from nlp.config import DEFAULT_PRECISION, PRECISIONS
+from nlp.config import (
+    DEFAULT_PRECISION,
+    PRECISIONS,
+    SHORT_CALL_PLANS,
+    LoadOptions,
+    ThreadPlan,
+    plan_sessions,
+)
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
@@ -58,18 +65,8 @@ def _session_config(
     return config
 
 
-# A thread plan: ``(up to this many tokens, intra-op threads)`` pairs, by ascending length. A call whose
-# padded length is at most an entry's runs on a session of the graph with that many intra-op threads
-# (capped by the runtime's own ``intra_op_threads``, the upper bound); a longer one on the main session.
-ThreadPlan = tuple[tuple[int, int], ...]
-
-
-# The plan ``python -m bench threadplan`` chose for 2 intra-op threads on RBT6 (AMD EPYC, 2 idle cores,
-# 2026-12-03 21:29): one thread is faster at every length up to 128 in int8 (16 tokens 16.9 vs 25.8 ms,
-# 128 tokens 59.4 vs 69.8), at none in bf16 or frozen fp32 (two runs on a loaded machine had shown bf16
-# crossovers of 32-64 tokens: load, not the CPU). Opt-in (pass it as ``thread_plan``): the one-thread
-# session costs 0.5 GiB RSS in int8. fp32 is served from its variables, where no plan applies.
-SHORT_CALL_PLANS: dict[str, ThreadPlan] = {"int8": ((128, 1),)}
+# A thread plan (``nlp.config.ThreadPlan``) and the measured ones (``SHORT_CALL_PLANS``, why there) live
+# in ``nlp.config``, without TensorFlow, so that the service's sizing can count the sessions they make.
 
 
 def plan_threads(plan: ThreadPlan, length: int, upper: int) -> int:
@@ -191,6 +188,64 @@ class SessionRuntime(WarmedShapes):
             self.warm_seconds,
             precision,
         )
+
+    @classmethod
+    def for_model(
+        cls,
+        manifest: Manifest,
+        options: LoadOptions,
+        *,
+        shapes: Iterable[tuple[int, int]],
+        vocab_size: int,
+    ) -> SessionRuntime:
+        """``WarmedShapes.for_model`` plus the TF session's own options of ``options``: the thread
+        plan measured for the precision (``short_call_threads``) and the ``extra_rewrites``. Each asked
+        for where it cannot apply logs one line and the model loads without it."""
+        arguments = engine.load_arguments(manifest, options, shapes, vocab_size)
+        precision = arguments["precision"]
+        frozen = precision in FROZEN_PRECISIONS
+        plan = options.thread_plan(precision)
+        if options.short_call_threads and not plan:
+            logger.warning(
+                "%s: no measured short-call thread plan for %s (SHORT_CALL_PLANS: %s); every call "
+                "runs on %s intra-op threads",
+                manifest.directory,
+                precision,
+                ", ".join(SHORT_CALL_PLANS) or "none",
+                options.intra_op_threads,
+            )
+        elif plan and not plan_sessions(plan, options.intra_op_threads):
+            logger.info(
+                "%s: short-call thread plan %s makes no second session at %s intra-op thread(s)",
+                manifest.directory,
+                plan,
+                options.intra_op_threads,
+            )
+        if options.extra_rewrites and not frozen:
+            logger.warning(
+                "%s: extra rewrites %s apply to frozen graphs (%s); %s is served from its variables, "
+                "without them",
+                manifest.directory,
+                ", ".join(options.extra_rewrites),
+                ", ".join(FROZEN_PRECISIONS),
+                precision,
+            )
+        runtime = cls(
+            cls.model_path(manifest),
+            **arguments,
+            thread_plan=plan,
+            extra_rewrites=options.extra_rewrites if frozen else (),
+        )
+        if runtime._by_threads:
+            logger.info(
+                "%s: short-call thread plan %s: sessions on %s intra-op thread(s) beside the main "
+                "one's %s",
+                manifest.directory,
+                runtime.thread_plan,
+                ", ".join(map(str, sorted(runtime._by_threads))),
+                options.intra_op_threads,
+            )
+        return runtime
 
     @classmethod
     def model_path(cls, manifest: Manifest) -> Path:

@@ -43,6 +43,8 @@ def extract(
     resume: bool,
     model: str | None,
     precision: str | None,
+    short_call_threads: bool,
+    extra_rewrites: tuple[str, ...],
     max_text_chars: int,
     input_format: str,
     text_field: str,
@@ -87,6 +89,8 @@ def extract(
         window=window,
         max_text_chars=max_text_chars,
         precision=precision,
+        short_call_threads=short_call_threads,
+        extra_rewrites=extra_rewrites,
         record_timeout=record_timeout,
     )
     try:

@@ -83,18 +83,28 @@ class BatchOptions:
     chunk_size: int = 64
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
     precision: str | None = None  # None: the model's own (its model.json)
+    short_call_threads: bool = False  # TF session only (nlp.config.LoadOptions)
+    extra_rewrites: tuple[str, ...] = ()
     intra_op_threads: int | None = None
     record_timeout: float = 0.0
 
     def load_options(self) -> LoadOptions:
-        """How each worker loads the model: cores / workers TensorFlow threads unless given."""
+        """How each worker loads the model: cores / workers TensorFlow threads unless given (in
+        this process, ``--workers 0``: TensorFlow's default, or all the cores for a thread plan,
+        whose upper bound they are)."""
+        threads = self.intra_op_threads or (
+            threads_per_worker(max(1, self.workers))
+            if self.workers or self.short_call_threads
+            else None
+        )
         return LoadOptions(
             Path(self.model_dir),
             precision=self.precision,
-            intra_op_threads=self.intra_op_threads
-            or (threads_per_worker(self.workers) if self.workers else None),
+            intra_op_threads=threads,
             inter_op_threads=1,
             max_text_chars=self.max_text_chars,
+            short_call_threads=self.short_call_threads,
+            extra_rewrites=self.extra_rewrites,
         )
 
     def problems(self) -> list[str]:
@@ -214,7 +224,12 @@ def run_batch(
             Machine.probe(),
             workers=options.workers,
             intra_op=spec.options.intra_op_threads,
-            worker_rss_mib=estimate_worker_rss_mib(model_dir, options.precision)
+            worker_rss_mib=estimate_worker_rss_mib(
+                model_dir,
+                options.precision,
+                short_call_threads=options.short_call_threads,
+                intra_op_threads=spec.options.intra_op_threads,
+            )
             if (model_dir / "model.json").is_file()
             else None,
         )

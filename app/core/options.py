@@ -35,7 +35,9 @@ import click
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
     DEMO_MODEL_DIR,
+    EXTRA_REWRITES,
     PRECISIONS,
+    SHORT_CALL_PLANS,
     precision_help,
 )
 
@@ -174,6 +176,23 @@ def _existing_file(value: Path) -> list[str]:
     return [] if value.is_file() else [f"not a file: {value}"]
 
 
+def _rewrites(names: tuple[str, ...]) -> list[str]:
+    unknown = [name for name in names if name not in EXTRA_REWRITES]
+    if not unknown:
+        return []
+    return [
+        f"unknown rewrite(s) {', '.join(map(repr, unknown))}; known: {', '.join(EXTRA_REWRITES)}"
+    ]
+
+
+def _plans() -> str:
+    """The measured thread plans, in words (``nlp.config.SHORT_CALL_PLANS``)."""
+    return "; ".join(
+        f"{precision}: " + ", ".join(f"up to {n} tokens on {t} thread(s)" for n, t in plan)
+        for precision, plan in SHORT_CALL_PLANS.items()
+    )
+
+
 def _model_names(models: tuple[tuple[str, Path], ...]) -> list[str]:
     names = [name for name, _ in models]
     out = []
@@ -264,6 +283,17 @@ _TABLE = (
     Option("precision", None, "the model's own when not set (its model.json: fp32, or int8 for a "
            "spo quantize directory); " + precision_help(), flags=("--precision",),
            commands=_BOTH, doc_default="the model's own", **_choices(PRECISIONS)),
+    Option("short_call_threads", False, "TF session: run short calls on a second session with fewer "
+           "intra-op threads, by the plan measured for the precision (" + _plans() + "; none for "
+           "the others, which run without); it holds the weights again (RBT6 int8: +551 MiB per "
+           "worker, counted by the sizing) and makes no session at 1 intra-op thread, the default "
+           "on 2 cores (BENCHMARKS.md, issue 24 part 3); ignored by the onnx and openvino engines",
+           _bool, flags=("--short-call-threads",), commands=_EXTRACT, flag=True),
+    Option("extra_rewrites", (), "TF session: comma-separated exact graph rewrites that are off by "
+           "default, for frozen graphs (bf16, int8): " + "; ".join(
+               f"{name}: {what}" for name, what in EXTRA_REWRITES.items()) + "; ignored by the "
+           "onnx and openvino engines", _tokens, _rewrites, flags=("--extra-rewrites",),
+           commands=_EXTRACT, metavar="NAME[,NAME]"),
     Option("load_mode", "boot", "boot: a worker accepts only once warm; background: it answers 503 "
            "meanwhile", **_choices(LOAD_MODES)),
     Option("load_retry_max_s", 30, "a worker whose model failed to load retries after 1, 2, 4... s, "

@@ -41,6 +41,7 @@ from app.core.sizing import (
     model_precision,
     model_rss_mib,
     plan,
+    short_call_rss_mib,
 )
 from nlp.config import DEMO_MODEL_DIR, MODEL_SETTINGS_HINT, LoadOptions
 
@@ -80,6 +81,8 @@ class Settings:
     model_dir: Path
     models: tuple[tuple[str, Path], ...]
     precision: str | None  # None: each model's own (its model.json: fp32, or int8)
+    short_call_threads: bool
+    extra_rewrites: tuple[str, ...]
     load_mode: str
     load_retry_max_s: int
     max_texts: int
@@ -134,6 +137,7 @@ class Settings:
         object.__setattr__(self, "model_dir", Path(self.model_dir))
         object.__setattr__(self, "models", tuple((n, Path(d)) for n, d in self.models))
         object.__setattr__(self, "auth_tokens", tuple(self.auth_tokens))
+        object.__setattr__(self, "extra_rewrites", tuple(self.extra_rewrites))
         for name in ("auth_tokens_file", "tls_cert", "tls_key"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
@@ -169,20 +173,51 @@ class Settings:
             return cached
         explicit = not self.workers_auto
         served = [(n, d) for n, d in self.model_table if (d / "model.json").is_file()]
-        rss = estimate_worker_rss_mib([d for _, d in served], self.precision) if served else None
-        sizing = plan(
-            machine or Machine.probe(),
-            workers=self.workers if explicit and self.workers > 0 else None,
-            intra_op=self.intra_op_threads,
-            worker_rss_mib=rss,
-        )
+        machine = machine or Machine.probe()
+        workers = self.workers if explicit and self.workers > 0 else None
+
+        def sized(threads: int) -> Sizing:
+            """The plan with each worker's RSS estimated at ``threads`` intra-op threads (a
+            short-call thread plan makes its sessions only above one thread)."""
+            rss = (
+                estimate_worker_rss_mib(
+                    [d for _, d in served],
+                    self.precision,
+                    short_call_threads=self.short_call_threads,
+                    intra_op_threads=threads,
+                )
+                if served
+                else None
+            )
+            return plan(
+                machine, workers=workers, intra_op=self.intra_op_threads, worker_rss_mib=rss
+            )
+
+        threads = self.intra_op_threads or intra_op_threads(machine.cpus, workers or machine.cpus)
+        sizing = sized(threads)
+        if self.short_call_threads and sizing.intra_op_threads != threads:
+            # Memory capped the workers, so each runs more threads: the plan's sessions follow.
+            threads = sizing.intra_op_threads
+            sizing = sized(threads)
         if not served:
             return sizing
-        shares = " + ".join(
-            f"{name} {model_rss_mib(d, self.precision):,.0f} MiB "
-            f"({model_precision(d, self.precision)})"
-            for name, d in served
-        )
+
+        def share(d: Path) -> str:
+            mib = model_rss_mib(
+                d,
+                self.precision,
+                short_call_threads=self.short_call_threads,
+                intra_op_threads=sizing.intra_op_threads,
+            )
+            extra = short_call_rss_mib(d, self.precision, sizing.intra_op_threads)
+            session = (
+                f", {extra:,.0f} MiB of it the short-call session"
+                if self.short_call_threads and extra
+                else ""
+            )
+            return f"{mib:,.0f} MiB ({model_precision(d, self.precision)}{session})"
+
+        shares = " + ".join(f"{name} {share(d)}" for name, d in served)
         why = f"RSS per worker: runtime {BASE_RSS_MIB:,.0f} MiB + {shares}, estimated from disk"
         return dataclasses.replace(sizing, reasons=(*sizing.reasons, why))
 
@@ -202,6 +237,8 @@ class Settings:
             intra_op_threads=self.tf_intra_op_threads,
             inter_op_threads=self.inter_op_threads,
             max_text_chars=self.max_text_chars,
+            short_call_threads=self.short_call_threads,
+            extra_rewrites=self.extra_rewrites,
         )
 
     @property

@@ -35,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nlp.config import SHORT_CALL_PLANS, plan_sessions
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 MIB = 1 << 20
@@ -56,6 +58,15 @@ EXTRA_PER_MODEL_MIB = {"bf16": 4.3, "int8": 7.5}
 # int8 (60 MiB on disk) 2,355 MiB per worker after warm-up; fp32 (229 MiB) about 2.9 GiB in
 # ``python -m bench memory`` (AMD EPYC, 2 cores, 2026-12-03). bf16 is an fp32 directory run in bf16.
 OPENVINO_PER_MODEL_MIB = {"fp32": 9.1, "bf16": 9.1, "int8": 25.6}
+# Each extra session of a short-call thread plan (``SPO_SHORT_CALL_THREADS``; ``nlp.config.plan_sessions``
+# counts them: none at 1 intra-op thread) holds the frozen graph's weights again, with its kernels'
+# caches, per MiB of the model directory on disk. int8: RBT6's 106 MiB directory loaded as a worker
+# does (``load_extractor``, 2 intra-op threads, every bucket shape warmed) held 2,058 / 2,063 MiB
+# without the plan and 2,609 / 2,606 MiB with it (+543-551 MiB, 5.2 x; AMD EPYC, 2 cores, 2026-12-03;
+# ``python -m bench threadplan``, which warms one-row shapes only, measured +478). bf16 and frozen fp32
+# from ``bench threadplan`` alone (+926 MiB, +1,096 MiB for the 229 MiB fp32 directory); neither has a
+# measured plan today.
+PLAN_SESSION_PER_MODEL_MIB = {"fp32": 4.8, "bf16": 4.0, "int8": 5.2}
 
 
 @dataclass(frozen=True)
@@ -260,8 +271,7 @@ def model_precision(model_dir: Path, precision: str | None = None) -> str:
     return "int8" if isinstance(doc, dict) and doc.get("precision") == "int8" else asked
 
 
-def model_rss_mib(model_dir: Path, precision: str | None = None) -> float:
-    """What one model adds to a worker's RSS: its size on disk times its precision's factor."""
+def _disk_bytes(model_dir: Path) -> int:
     size = 0
     for path in Path(model_dir).rglob("*"):
         try:
@@ -269,10 +279,41 @@ def model_rss_mib(model_dir: Path, precision: str | None = None) -> float:
                 size += path.stat().st_size
         except OSError:
             continue
+    return size
+
+
+def model_rss_mib(
+    model_dir: Path,
+    precision: str | None = None,
+    *,
+    short_call_threads: bool = False,
+    intra_op_threads: int | None = None,
+) -> float:
+    """What one model adds to a worker's RSS: its size on disk times its precision's factor, plus,
+    with ``short_call_threads``, the sessions of its precision's thread plan under ``intra_op_threads``
+    (``short_call_rss_mib``)."""
+    size = _disk_bytes(model_dir)
     effective = model_precision(model_dir, precision)
     if _engine(model_dir) == "openvino":
         return OPENVINO_PER_MODEL_MIB.get(effective, OPENVINO_PER_MODEL_MIB["fp32"]) * size / MIB
-    return (RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(effective, 0.0)) * size / MIB
+    share = (RSS_PER_MODEL_MIB + EXTRA_PER_MODEL_MIB.get(effective, 0.0)) * size / MIB
+    if short_call_threads:
+        share += short_call_rss_mib(model_dir, precision, intra_op_threads)
+    return share
+
+
+def short_call_rss_mib(
+    model_dir: Path, precision: str | None, intra_op_threads: int | None
+) -> float:
+    """What ``SPO_SHORT_CALL_THREADS`` adds to a worker's RSS for one model: one copy of the frozen
+    weights per extra session its precision's measured plan makes under ``intra_op_threads`` (none
+    for a precision without a plan, at 1 thread, or on the onnx or openvino engine, which ignore it)."""
+    if _engine(model_dir) != "tf":
+        return 0.0
+    effective = model_precision(model_dir, precision)
+    sessions = plan_sessions(SHORT_CALL_PLANS.get(effective, ()), intra_op_threads)
+    factor = PLAN_SESSION_PER_MODEL_MIB.get(effective, PLAN_SESSION_PER_MODEL_MIB["fp32"])
+    return len(sessions) * factor * _disk_bytes(model_dir) / MIB
 
 
 def _engine(model_dir: Path) -> str:
@@ -287,17 +328,27 @@ def _engine(model_dir: Path) -> str:
 
 
 def estimate_worker_rss_mib(
-    model_dirs: Path | Sequence[Path], precision: str | None = None
+    model_dirs: Path | Sequence[Path],
+    precision: str | None = None,
+    *,
+    short_call_threads: bool = False,
+    intra_op_threads: int | None = None,
 ) -> float:
     """A worker's RSS after load and warm-up with every model of ``model_dirs`` loaded (one directory,
-    or all that ``SPO_MODELS`` serves): the runtime once, plus each model's share (see the constants).
+    or all that ``SPO_MODELS`` serves): the runtime once, plus each model's share (see the constants;
+    ``short_call_threads`` and ``intra_op_threads`` as ``model_rss_mib`` takes them).
 
     The runtime is shared: ``bench.models_rss`` measured demo alone 884 MiB, both demo models 921 MiB
     (docs/rest.md, "Several models"). Used before any worker ran; each worker's measured RSS is
     checked again by ``memory_warning``.
     """
     dirs = [model_dirs] if isinstance(model_dirs, (str, Path)) else list(model_dirs)
-    return BASE_RSS_MIB + sum(model_rss_mib(d, precision) for d in dirs)
+    return BASE_RSS_MIB + sum(
+        model_rss_mib(
+            d, precision, short_call_threads=short_call_threads, intra_op_threads=intra_op_threads
+        )
+        for d in dirs
+    )
 
 
 @dataclass(frozen=True)

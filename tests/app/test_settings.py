@@ -353,3 +353,50 @@ def test_settings_precision_defaults_to_each_models_own(model_dir: Path) -> None
     assert Settings.from_env(env(model_dir, precision="int8")).load_options().precision == "int8"
     with pytest.raises(SettingsError, match="SPO_PRECISION: must be one of fp32, bf16, int8"):
         Settings.from_env(env(model_dir, precision="fp64"))
+
+
+def test_settings_tf_session_opt_ins_are_off_by_default_and_reach_load_options(
+    model_dir: Path,
+) -> None:
+    """Issue 24 part 3: SPO_SHORT_CALL_THREADS and SPO_EXTRA_REWRITES, the TF session's opt-ins."""
+    default = Settings.from_env(env(model_dir, workers="1"))
+    assert default.short_call_threads is False and default.extra_rewrites == ()
+    options = default.load_options()
+    assert options.short_call_threads is False and options.extra_rewrites == ()
+    on = Settings.from_env(
+        env(
+            model_dir,
+            workers="1",
+            short_call_threads="on",
+            extra_rewrites=" fuse_sibling_dense ,",
+        )
+    )
+    assert on.short_call_threads is True and on.extra_rewrites == ("fuse_sibling_dense",)
+    options = on.load_options()
+    assert options.short_call_threads and options.extra_rewrites == ("fuse_sibling_dense",)
+    assert options.intra_op_threads == on.tf_intra_op_threads and options.problems() == []
+    back = Settings.from_json(on.to_json())  # handed to the gunicorn master and its workers
+    assert back == on and back.load_options() == options
+
+
+def test_settings_tf_session_opt_ins_bad_values_are_named_with_the_valid_ones(
+    model_dir: Path,
+) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(
+            env(
+                model_dir,
+                short_call_threads="sometimes",
+                extra_rewrites="fuse_sibling_dense,fuse_qkv,int8_chain",
+                max_texts="0",
+            )
+        )
+    assert info.value.problems == [
+        "SPO_SHORT_CALL_THREADS: expected a boolean (1/0, true/false, yes/no, on/off), got "
+        "'sometimes'",
+        "SPO_EXTRA_REWRITES: unknown rewrite(s) 'fuse_qkv', 'int8_chain'; known: "
+        "fuse_sibling_dense",
+        "SPO_MAX_TEXTS: must be between 1 and 10000, got 0",
+    ]
+    with pytest.raises(SettingsError, match="SPO_EXTRA_REWRITES: unknown rewrite"):
+        Settings(model_dir=model_dir, extra_rewrites=("qkv",))

@@ -246,3 +246,53 @@ def test_sizing_an_openvino_directory_by_the_openvino_engines_measured_rss(tmp_p
     broken = _fake_model(tmp_path / "broken", 60)
     (broken / "model.json").write_text('{"engine": "openvino"}')  # not a section: sized as tf
     assert sizing.model_rss_mib(broken) == pytest.approx(sizing.RSS_PER_MODEL_MIB * 60)
+
+
+def test_sizing_short_call_threads_count_a_second_copy_of_the_weights(tmp_path: Path) -> None:
+    """Issue 24 part 3: the int8 thread plan's one-thread session holds the frozen weights again
+    (RBT6: +543-551 MiB for its 106 MiB directory, every shape warmed), but only where it makes a
+    session: above one thread, in a precision with a measured plan, on the TF engine."""
+    int8 = _fake_model(tmp_path / "int8", 106, precision="int8")
+    fp32 = _fake_model(tmp_path / "fp32", 106)
+    extra = sizing.short_call_rss_mib(int8, None, 2)
+    assert 520 <= extra <= 580  # the measured +543-551 MiB, from the size on disk
+    assert sizing.short_call_rss_mib(int8, None, 1) == 0  # every call already on one thread
+    assert sizing.short_call_rss_mib(int8, None, None) == 0
+    assert sizing.short_call_rss_mib(fp32, None, 2) == 0  # fp32: no measured plan
+    assert sizing.short_call_rss_mib(fp32, "bf16", 2) == 0  # bf16: none either
+    big = _fake_model(tmp_path / "big", 212, precision="int8")
+    assert sizing.short_call_rss_mib(big, None, 4) == pytest.approx(
+        2 * extra
+    )  # by size, no constant
+    ov = _fake_model(tmp_path / "ov", 106, precision="int8")
+    doc = json.loads((ov / "model.json").read_text())
+    doc["engine"] = {"name": "openvino", "file": "model.xml"}
+    (ov / "model.json").write_text(json.dumps(doc))
+    assert sizing.short_call_rss_mib(ov, None, 2) == 0  # the engine ignores the option
+    on = sizing.estimate_worker_rss_mib(int8, short_call_threads=True, intra_op_threads=2)
+    assert on == pytest.approx(sizing.estimate_worker_rss_mib(int8) + extra)
+
+
+def test_sizing_settings_count_the_short_call_session_at_the_threads_each_worker_runs(
+    tmp_path: Path,
+) -> None:
+    int8 = _fake_model(tmp_path / "int8", 106, precision="int8")
+    base = {"SPO_MODEL_DIR": str(int8), "SPO_WORKERS": "auto"}
+    roomy = Machine(2, Limit(None, "none"), Limit(64 * GIB, "test"))
+    off = Settings.from_env(base).sizing(roomy)
+    on = Settings.from_env({**base, "SPO_SHORT_CALL_THREADS": "on"}).sizing(roomy)
+    # 2 workers x 1 thread (the default on 2 cores): the plan makes no session, costs nothing
+    assert (on.workers, on.intra_op_threads) == (2, 1) and on.worker_rss_mib == off.worker_rss_mib
+    one = {**base, "SPO_SHORT_CALL_THREADS": "on", "SPO_WORKERS": "1"}
+    planned = Settings.from_env(one).sizing(roomy)
+    assert planned.intra_op_threads == 2
+    assert planned.worker_rss_mib is not None and off.worker_rss_mib is not None
+    assert planned.worker_rss_mib == pytest.approx(
+        off.worker_rss_mib + sizing.short_call_rss_mib(int8, None, 2)
+    )
+    assert "MiB of it the short-call session" in "\n".join(planned.lines())
+    # Memory caps the default 2 workers at 1, which then runs 2 threads: the session is counted.
+    tight = Machine(2, Limit(None, "none"), Limit(4 * GIB, "test"))
+    capped = Settings.from_env({**base, "SPO_SHORT_CALL_THREADS": "on"}).sizing(tight)
+    assert (capped.workers, capped.intra_op_threads) == (1, 2)
+    assert capped.worker_rss_mib == pytest.approx(planned.worker_rss_mib)
