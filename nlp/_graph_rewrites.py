@@ -914,12 +914,16 @@ def chain_quantized_dense(graph_def: Any) -> int:
     ``MIN_FIRST`` over a constant range (what ``spo quantize`` writes): the op becomes the same
     ``_QuantizedMatMul`` ending in ``Requantize`` into that range (``output_quant_mode``
     ``MIN_FIRST``), reshaped as the float output was, and whatever read the ``QuantizeV2``'s
-    three outputs reads the new op's. Exact up to rounding: oneDNN writes ``round((y - min) * 255 /
-    (max - min))``, saturated, where ``QuantizeV2`` wrote ``round(y * s) - round(min * s)``, so
-    a value may land one step away; the next op's range and bias compensation are unchanged.
+    three outputs reads the new op's. Exact up to rounding: the kernel writes ``y * 255 / (max -
+    min) - min * 255 / (max - min)`` rounded and saturated to u8, ``QuantizeV2`` reaches the same
+    u8 value through its own float arithmetic, so a value on a rounding tie may land one step
+    away (RBT6 int8 at 8 x 128: 6 of 3.1M in one layer; none at one row); the next op's range and
+    bias compensation are unchanged.
     ``Shape`` ops that read the float chain (a Dense's output reshape reads its input's shape)
     read the u8 copy. In a BERT layer only the FFN's second Dense reads an int8 op's output
-    through no float maths; every other quantized input comes from a LayerNorm or an Einsum.
+    through no float maths; every other quantized input comes from a LayerNorm or an Einsum, and
+    the pointer heads' second Dense reads a float output that RoPE reads too (left alone: the
+    float is needed anyway). Faster at every measured shape on RBT6 (1-7%, BENCHMARKS.md).
     """
     graph = _Graph(graph_def)
     count = 0

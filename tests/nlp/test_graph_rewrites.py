@@ -555,3 +555,13 @@ def test_chained_quantized_dense_leaves_other_patterns_alone(graph_kwargs):
     before = graph_def.SerializeToString(deterministic=True)
     assert rewrites.chain_quantized_dense(graph_def) == 0
     assert graph_def.SerializeToString(deterministic=True) == before
+
+
+@pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
+def test_int8_graphs_are_chained_by_default():
+    from nlp import tf_graph
+
+    graph_def = _two_quantized_dense_graph(extra_consumer=False).as_graph_def()
+    counts = tf_graph._rewrite(graph_def, ["out:0"], {})
+    assert counts["fuse_quantized_gelus"] == counts["chain_quantized_dense"] == 1
+    assert [n.op for n in graph_def.node].count("QuantizeV2") == 1
