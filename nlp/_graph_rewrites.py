@@ -803,6 +803,11 @@ QUANTIZE = "QuantizeV2"
 # moves values without changing them, so it commutes with an elementwise quantization.
 _VALUE_PRESERVING = frozenset({"Reshape", "Identity", "Transpose"})
 
+# The activations TensorFlow's ``_QuantizedMatMul`` fuses before ``Requantize``.
+_REQUANTIZABLE_ACTIVATIONS = frozenset(
+    {b"Relu", b"Relu6", b"Elu", b"GeluApproximate", b"GeluExact", b"Tanh", b"LeakyRelu", b"Sigmoid"}
+)
+
 
 def _const_or_concat_ints(graph: _Graph, node: Any) -> list[int] | None:
     """``_const_ints``, or the values of a ``ConcatV2`` of such constants along axis 0 (how
@@ -864,8 +869,10 @@ def _dequantizing_producer(graph: _Graph, quantize: Any) -> tuple[Any, list[Any]
     if node is None or node.op != "_QuantizedMatMul" or node.attr["Tout"].type != DT_FLOAT:
         return None
     fused_ops = list(node.attr["fused_ops"].list.s)
-    if len(fused_ops) not in (2, 3) or fused_ops[0] != b"BiasAdd" or fused_ops[-1] != b"Dequantize":
+    if fused_ops[:1] != [b"BiasAdd"] or fused_ops[-1:] != [b"Dequantize"] or len(node.input) != 7:
         return None
+    if not set(fused_ops[1:-1]) <= _REQUANTIZABLE_ACTIVATIONS or len(fused_ops) > 3:
+        return None  # the kernel requantizes after BiasAdd and one activation only
     if (
         len(node.attr["Thost_outputs"].list.type)
         or len(node.attr["Tdevice_outputs"].list.type) != 1

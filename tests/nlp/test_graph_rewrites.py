@@ -565,3 +565,11 @@ def test_int8_graphs_are_chained_by_default():
     counts = tf_graph._rewrite(graph_def, ["out:0"], {})
     assert counts["fuse_quantized_gelus"] == counts["chain_quantized_dense"] == 1
     assert [n.op for n in graph_def.node].count("QuantizeV2") == 1
+
+
+def test_chained_quantized_dense_needs_a_fusion_the_kernel_can_requantize():
+    graph_def = _two_quantized_dense_graph(extra_consumer=False).as_graph_def()
+    assert rewrites.fuse_quantized_gelus(graph_def) == 1
+    fused = next(n for n in graph_def.node if n.op == "_QuantizedMatMul")
+    fused.attr["fused_ops"].list.s[1] = b"Add"  # BiasAdd, Add, Dequantize: no Requantize form
+    assert rewrites.chain_quantized_dense(graph_def) == 0
