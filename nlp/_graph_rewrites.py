@@ -18,7 +18,9 @@ passes over memory, or into the form grappler's remapper fuses into one oneDNN k
 - ``rewrite_erf_gelus``: the erf GELU after a Dense moved before the Dense's output reshape and
   written as grappler's ``MatMul + BiasAdd + GeluExact`` pattern (``_FusedMatMul``);
 - ``fuse_quantized_gelus`` (int8 graphs from ``spo quantize``): the same GELU after a quantized
-  Dense as a post-op of the Dense's oneDNN int8 kernel (``_QuantizedMatMul``).
+  Dense as a post-op of the Dense's oneDNN int8 kernel (``_QuantizedMatMul``);
+- ``chain_quantized_dense`` (int8): that kernel writes u8 in the next int8 Dense's input range
+  instead of floats the next Dense quantizes again (the FFN's two Dense layers).
 
 Every function edits the GraphDef in place, returns how many places it rewrote, leaves a graph it does
 not recognise untouched, and keeps every existing node name that something outside the rewritten
@@ -28,6 +30,7 @@ does not import TensorFlow (``nlp.runtime`` stays the one module that does).
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from collections.abc import Iterable
@@ -788,5 +791,178 @@ def fuse_sibling_dense(graph_def: Any) -> int:
         split.attr["num_split"].i = len(members)
         for i, (bias_add, _, _, _) in enumerate(members):
             _become_identity(bias_add, f"{split.name}:{i}")
+        count += 1
+    return count
+
+
+# -- int8 from one Dense to the next (no dequantize/quantize round trip) --------------------------
+
+QUANTIZE = "QuantizeV2"
+
+# Ops the walk from a ``QuantizeV2`` back to the int8 op that produced its input may cross: each
+# moves values without changing them, so it commutes with an elementwise quantization.
+_VALUE_PRESERVING = frozenset({"Reshape", "Identity", "Transpose"})
+
+# The activations TensorFlow's ``_QuantizedMatMul`` fuses before ``Requantize``.
+_REQUANTIZABLE_ACTIVATIONS = frozenset(
+    {b"Relu", b"Relu6", b"Elu", b"GeluApproximate", b"GeluExact", b"Tanh", b"LeakyRelu", b"Sigmoid"}
+)
+
+
+def _const_or_concat_ints(graph: _Graph, node: Any) -> list[int] | None:
+    """``_const_ints``, or the values of a ``ConcatV2`` of such constants along axis 0 (how
+    ``tf.tensordot`` writes its permutation)."""
+    node = graph.skip_identities(node)
+    if node is None or node.op != "ConcatV2":
+        return _const_ints(node)
+    parts = [
+        _const_ints(graph.skip_identities(graph.input(node, i))) for i in range(len(node.input))
+    ]
+    if any(p is None for p in parts) or parts[-1] != [0]:
+        return None
+    return [v for p in parts[:-1] for v in p or []]
+
+
+def _is_identity_transpose(graph: _Graph, node: Any) -> bool:
+    perm = _const_or_concat_ints(graph, graph.input(node, 1))
+    return perm is not None and perm == list(range(len(perm)))
+
+
+def _quantize_range(graph: _Graph, quantize: Any) -> tuple[str, str] | None:
+    """The constant ``(min_range, max_range)`` inputs of a u8 ``MIN_FIRST`` ``QuantizeV2`` whose
+    range TensorFlow uses as given, or None.
+
+    ``QuantizeV2`` widens its range to contain 0 and to span at least ``ensure_minimum_range`` (times
+    the largest magnitude, at least 1); a range it would widen is left to it (the requantizing
+    kernel takes the range as given).
+    """
+    if quantize.attr["T"].type != DT_QUINT8 or quantize.attr["mode"].s != b"MIN_FIRST":
+        return None
+    if quantize.attr["narrow_range"].b or (
+        "axis" in quantize.attr and quantize.attr["axis"].i != -1
+    ):
+        return None  # per-channel ranges
+    low = _float_scalar(graph.skip_identities(graph.input(quantize, 1)))
+    high = _float_scalar(graph.skip_identities(graph.input(quantize, 2)))
+    if low is None or high is None:
+        return None
+    minimum = (
+        quantize.attr["ensure_minimum_range"].f if "ensure_minimum_range" in quantize.attr else 0.01
+    )
+    epsilon = np.float32(max(1.0, abs(low), abs(high))) * np.float32(minimum)
+    if not (low <= 0.0 <= high) or np.float32(high) < np.float32(low) + epsilon:
+        return None
+    return quantize.input[1], quantize.input[2]
+
+
+def _dequantizing_producer(graph: _Graph, quantize: Any) -> tuple[Any, list[Any]] | None:
+    """For a ``QuantizeV2`` whose input is, through value-preserving ops only, the float output of
+    a ``_QuantizedMatMul`` ending in ``Dequantize``: (that op, the ops in between from the op's
+    side). None unless every op in between feeds only the next one (or a ``Shape``)."""
+    chain: list[Any] = []
+    node = graph.input(quantize, 0)
+    while node is not None and node.op in _VALUE_PRESERVING:
+        if node.op == "Transpose" and not _is_identity_transpose(graph, node):
+            return None
+        chain.append(node)
+        node = graph.input(node, 0)
+    if node is None or node.op != "_QuantizedMatMul" or node.attr["Tout"].type != DT_FLOAT:
+        return None
+    fused_ops = list(node.attr["fused_ops"].list.s)
+    if fused_ops[:1] != [b"BiasAdd"] or fused_ops[-1:] != [b"Dequantize"] or len(node.input) != 7:
+        return None
+    if not set(fused_ops[1:-1]) <= _REQUANTIZABLE_ACTIVATIONS or len(fused_ops) > 3:
+        return None  # the kernel requantizes after BiasAdd and one activation only
+    if (
+        len(node.attr["Thost_outputs"].list.type)
+        or len(node.attr["Tdevice_outputs"].list.type) != 1
+    ):
+        return None
+    chain.reverse()
+    readers = [node, *chain, quantize]
+    for before, after in itertools.pairwise(readers):
+        users = graph.consumers.get(before.name, [])
+        if not all(u is after or u.op == "Shape" for u in users):
+            return None
+        if any(name != before.name and _node_name(name) == before.name for name in after.input):
+            return None  # reads another output of ``before``
+    return node, chain
+
+
+def _requantizing_copy(graph: _Graph, old: Any, low: str, high: str) -> Any:
+    """``old`` (a ``_QuantizedMatMul`` ending in ``Dequantize``) ending in ``Requantize`` instead:
+    u8 output in ``MIN_FIRST`` mode over ``[low, high]``, and that range as outputs 1 and 2."""
+    node = graph.graph_def.node.add()
+    node.CopyFrom(old)
+    node.name = graph.unique(f"{old.name}/requantize")
+    del node.input[7:]
+    node.input.extend([low, high])
+    attr = node.attr
+    attr["Thost_inputs"].list.type.extend([DT_FLOAT] * 2)
+    del attr["Tdevice_outputs"].list.type[:]
+    attr["Tdevice_outputs"].list.type.append(DT_QUINT8)
+    attr["Thost_outputs"].list.type.extend([DT_FLOAT, DT_FLOAT])
+    attr["Tout"].type = DT_QUINT8
+    attr["fused_ops"].list.s[-1] = b"Requantize"
+    attr["output_quant_mode"].s = b"MIN_FIRST"
+    graph.nodes[node.name] = node
+    for name in node.input:
+        graph.consumers.setdefault(_node_name(name), []).append(node)
+    return node
+
+
+def chain_quantized_dense(graph_def: Any) -> int:
+    """An int8 Dense whose float output is quantized again for the next int8 Dense -> the first
+    writes u8 in the next one's input range, the next reads it; returns how many.
+
+    Matches ``QuantizeV2(Reshape/Identity/identity-Transpose...(_QuantizedMatMul(...)))`` where the
+    ``_QuantizedMatMul`` ends in ``Dequantize`` (``BiasAdd[, activation], Dequantize``, as
+    ``fuse_quantized_gelus`` writes the FFN's first Dense + GELU) and the ``QuantizeV2`` is u8
+    ``MIN_FIRST`` over a constant range (what ``spo quantize`` writes): the op becomes the same
+    ``_QuantizedMatMul`` ending in ``Requantize`` into that range (``output_quant_mode``
+    ``MIN_FIRST``), reshaped as the float output was, and whatever read the ``QuantizeV2``'s
+    three outputs reads the new op's. Exact up to rounding: the kernel writes ``y * 255 / (max -
+    min) - min * 255 / (max - min)`` rounded and saturated to u8, ``QuantizeV2`` reaches the same
+    u8 value through its own float arithmetic, so a value on a rounding tie may land one step
+    away (RBT6 int8 at 8 x 128: 6 of 3.1M in one layer; none at one row); the next op's range and
+    bias compensation are unchanged.
+    ``Shape`` ops that read the float chain (a Dense's output reshape reads its input's shape)
+    read the u8 copy. In a BERT layer only the FFN's second Dense reads an int8 op's output
+    through no float maths; every other quantized input comes from a LayerNorm or an Einsum, and
+    the pointer heads' second Dense reads a float output that RoPE reads too (left alone: the
+    float is needed anyway). Faster at every measured shape on RBT6 (1-7%, BENCHMARKS.md).
+    """
+    graph = _Graph(graph_def)
+    count = 0
+    for quantize in list(graph_def.node):
+        if quantize.op != QUANTIZE:
+            continue
+        found = _dequantizing_producer(graph, quantize)
+        span = _quantize_range(graph, quantize)
+        if found is None or span is None:
+            continue
+        old, chain = found
+        new = _requantizing_copy(graph, old, *span)
+        value = new.name
+        for link in chain:
+            if link.op == "Reshape":
+                reshape = graph.add(link, f"{link.name}/u8", "Reshape", [value, link.input[1]])
+                reshape.attr["T"].type = DT_QUINT8
+                reshape.attr["Tshape"].CopyFrom(link.attr["Tshape"])
+                value = reshape.name
+            for user in graph.consumers.get(link.name, []):
+                if user.op == "Shape":
+                    user.input[0] = value
+                    user.attr["T"].type = DT_QUINT8
+        for old_shape_user in graph.consumers.get(old.name, []):
+            if old_shape_user.op == "Shape":
+                old_shape_user.input[0] = new.name
+                old_shape_user.attr["T"].type = DT_QUINT8
+        outputs = {quantize.name: value, f"{quantize.name}:0": value}
+        outputs.update({f"{quantize.name}:{i}": f"{new.name}:{i}" for i in (1, 2)})
+        for user in graph.consumers.get(quantize.name, []):
+            for i, name in enumerate(user.input):
+                if name in outputs:
+                    user.input[i] = outputs[name]
         count += 1
     return count

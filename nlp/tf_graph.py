@@ -134,7 +134,8 @@ def _rewrite(
 
     Order matters: sibling Dense layers (Q, K, V) are fused once their input flattening is one
     constant shape (then their three inputs compare equal); the pointer heads' mask moves before their bias terms only once its
-    ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape.
+    ``BroadcastTo`` copies are gone, and the GELU pattern needs the bias-add before the reshape;
+    an int8 FFN passes u8 from its first Dense to its second once the GELU is fused into the first.
     Nodes nothing reads any more are pruned between steps. ``dims``: each node's static output
     shape (None where the rank is unknown), from the graph as loaded.
     """
@@ -153,6 +154,7 @@ def _rewrite(
         steps.append(("rewrite_layer_norms", lambda g: rewrites.rewrite_layer_norms(g, ranks)))
     if engine._onednn_enabled():  # int8 graphs only: their quantized ops have oneDNN kernels alone
         steps.append(("fuse_quantized_gelus", rewrites.fuse_quantized_gelus))
+        steps.append(("chain_quantized_dense", rewrites.chain_quantized_dense))
     for name, step in steps:
         counts[name] = step(graph_def)
         counts["pruned"] += rewrites.prune(graph_def, output_names)

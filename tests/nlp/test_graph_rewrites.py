@@ -471,3 +471,105 @@ def test_fuse_sibling_dense_gives_each_dense_its_own_columns():
     assert ops_before.count("MatMul") == 3 and ops_after.count("MatMul") == 1
     for a, b in zip(expected, got, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+
+
+def _two_quantized_dense_graph(extra_consumer, *, mode="MIN_FIRST", ffn_low=-0.2):
+    """``spo quantize``'s FFN: an int8 Dense + erf GELU, whose output a second int8 Dense reads
+    through the ``tf.tensordot`` flattening (identity transpose, reshape) and a ``QuantizeV2`` over
+    its calibrated constant range (``ffn_low`` to 3.0, u8 ``mode``); with ``extra_consumer`` the
+    GELU's float output is read once more."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(8)
+
+    def quantized_dense(flat, low, high, columns, mode):
+        quantized, q_low, q_high = tf.raw_ops.QuantizeV2(
+            input=flat, min_range=tf.constant(low), max_range=tf.constant(high), T=tf.quint8,
+            mode=mode,
+        )  # fmt: skip
+        rows = int(flat.shape[-1])
+        weights = rng.integers(-127, 128, (rows, columns)).astype(np.int8)
+        return tf.raw_ops.QuantizedMatMulWithBiasAndDequantize(
+            a=quantized,
+            b=tf.constant(weights, dtype=tf.qint8),
+            bias=tf.constant(rng.integers(-5000, 5000, columns).astype(np.int32), tf.qint32),
+            min_a=q_low,
+            max_a=q_high,
+            min_b=tf.constant(-0.05),
+            max_b=tf.constant(0.05),
+            min_freezed_output=tf.constant(-20.0),
+            max_freezed_output=tf.constant(20.0),
+            Toutput=tf.float32,
+            input_quant_mode=mode,
+        )
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 16], name="x")
+        first = quantized_dense(tf.reshape(x, [-1, 16]), -3.0, 4.0, 24, "MIN_FIRST")
+        y = tf.reshape(first, [-1, 3, 24])
+        gelu = tf.identity(0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0))), name="gelu")
+        if extra_consumer:
+            tf.identity(gelu * 2.0, name="also")
+        moved = tf.transpose(gelu, tf.concat([[0, 1], [2]], 0))  # how tensordot writes it
+        second = quantized_dense(tf.reshape(moved, [-1, 24]), ffn_low, 3.0, 8, mode)
+        tf.identity(tf.reshape(second, tf.concat([tf.shape(gelu)[:2], [8]], 0)), name="out")
+    return graph
+
+
+@pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
+def test_chained_quantized_dense_is_exact_up_to_one_step():
+    graph_def = _two_quantized_dense_graph(extra_consumer=False).as_graph_def()
+    x = np.random.default_rng(9).normal(0, 1.5, (5, 3, 16)).astype(np.float32)
+    expected = _run(graph_def, {"x": x}, "out")
+    assert rewrites.fuse_quantized_gelus(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    fused = _run(graph_def, {"x": x}, "out")
+    assert rewrites.chain_quantized_dense(graph_def) == 1
+    rewrites.prune(graph_def, ["out"])
+    ops = [n.op for n in graph_def.node]
+    assert ops.count("QuantizeV2") == 1  # the first Dense's input only
+    chained = next(n for n in graph_def.node if n.op == "_QuantizedMatMul")
+    assert list(chained.attr["fused_ops"].list.s) == [b"BiasAdd", b"GeluExact", b"Requantize"]
+    got = _run(graph_def, {"x": x}, "out")
+    assert got.shape == expected.shape == (5, 3, 8)
+    # One u8 step of the second Dense's input (3.2 / 255) times its weights' column sums bounds
+    # what a value rounded the other way can change; most land exactly where QuantizeV2 put them.
+    bound = 3.2 / 255 * 127 * 24 * 0.05 / 127
+    np.testing.assert_allclose(got, fused, rtol=0, atol=bound)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=bound)
+    assert np.mean(got == fused) > 0.9
+
+
+@pytest.mark.parametrize(
+    "graph_kwargs",
+    [
+        {"extra_consumer": True},  # the float GELU output is needed anyway
+        {"extra_consumer": False, "mode": "SCALED"},  # not the u8 MIN_FIRST requantize writes
+        {"extra_consumer": False, "ffn_low": 0.5},  # QuantizeV2 would widen the range to 0
+    ],
+)
+def test_chained_quantized_dense_leaves_other_patterns_alone(graph_kwargs):
+    graph_def = _two_quantized_dense_graph(**graph_kwargs).as_graph_def()
+    assert rewrites.fuse_quantized_gelus(graph_def) == 1
+    before = graph_def.SerializeToString(deterministic=True)
+    assert rewrites.chain_quantized_dense(graph_def) == 0
+    assert graph_def.SerializeToString(deterministic=True) == before
+
+
+@pytest.mark.skipif(engine.int8_support() is not None, reason="no oneDNN int8 here")
+def test_int8_graphs_are_chained_by_default():
+    from nlp import tf_graph
+
+    graph_def = _two_quantized_dense_graph(extra_consumer=False).as_graph_def()
+    counts = tf_graph._rewrite(graph_def, ["out:0"], {})
+    assert counts["fuse_quantized_gelus"] == counts["chain_quantized_dense"] == 1
+    assert [n.op for n in graph_def.node].count("QuantizeV2") == 1
+
+
+def test_chained_quantized_dense_needs_a_fusion_the_kernel_can_requantize():
+    graph_def = _two_quantized_dense_graph(extra_consumer=False).as_graph_def()
+    assert rewrites.fuse_quantized_gelus(graph_def) == 1
+    fused = next(n for n in graph_def.node if n.op == "_QuantizedMatMul")
+    fused.attr["fused_ops"].list.s[1] = b"Add"  # BiasAdd, Add, Dequantize: no Requantize form
+    assert rewrites.chain_quantized_dense(graph_def) == 0
