@@ -6,7 +6,7 @@ a one-thread session of the same frozen graph (``SessionRuntime``'s thread plan)
 
 - ``median_ms``: per length of ``LENGTHS``, both sessions interleaved (``ROUNDS`` rounds of
   ``CALLS`` calls each, median over all), and ``crossover``: the longest length up to which the one
-  thread was faster at every length (what ``nlp.runtime.SHORT_CALL_PLANS`` is set from);
+  thread was faster at every length (what ``nlp.config.SHORT_CALL_PLANS`` is set from);
 - ``extra_session_rss_mib``: what the second session costs, RSS after it has run every length minus
   RSS before it was made (its own copy of the frozen constants and its kernels' weight caches).
 """

@@ -430,7 +430,10 @@ def probe_executors(spark: SparkSession, job: _Job | None = None) -> dict[str, A
         yield info
 
     try:
-        [info] = spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+        reports: list[dict[str, Any]] = (
+            spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()
+        )
+        [info] = reports
     except Exception as exc:  # the executor's Python did not start, or is another version
         raise SparkExtractError(
             f"executors cannot run spo's Python: {_cause(exc)}; {FIX_HINT}"

@@ -245,8 +245,10 @@ def test_quantize_int8_model_serves_only_as_int8(int8_demo_dir: Path) -> None:
     with Extractor.load(int8_demo_dir, precision="int8") as extractor:
         ops = {op.type for op in extractor.runtime._graph.get_operations()}
         assert "QuantizedMatMulWithBiasAndDequantize" in ops
-        # Served rewritten: the 6 GELUs fused into their int8 Dense, the 13 LayerNorms as one op.
+        # Served rewritten: the 6 GELUs fused into their int8 Dense, each layer's FFN1 handing u8 to
+        # its FFN2, the 13 LayerNorms as one op.
         assert extractor.runtime.rewrites["fuse_quantized_gelus"] == 6
+        assert extractor.runtime.rewrites["chain_quantized_dense"] == 6
         assert extractor.runtime.rewrites["flatten_dense_inputs"] == 42
         assert "_QuantizedMatMul" in ops and "Erf" not in ops
         if engine._onednn_layer_norm():
