@@ -35,9 +35,14 @@ def cpu_info() -> dict[str, Any]:
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
     flags_m = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
     flags = flags_m.group(1).split() if flags_m else []
+    family = re.search(r"^cpu family\s*:\s*(\d+)$", text, re.M)
+    number = re.search(r"^model\s*:\s*(\d+)$", text, re.M)
     wanted = ("avx2", "fma", "avx512")
     return {
         "model": model.group(1).strip() if model else platform.processor(),
+        # the generation, which a model name such as "AMD EPYC" does not give
+        "family": int(family.group(1)) if family else None,
+        "model_number": int(number.group(1)) if number else None,
         "cpus": len(os.sched_getaffinity(0)),
         "logical_cpus_listed": text.count("processor\t:"),
         "flags_simd": sorted(f for f in flags if f.startswith(wanted) or f.startswith("amx")),
@@ -48,13 +53,33 @@ def cpu_info() -> dict[str, Any]:
 
 
 def machine_label(machine: dict[str, Any]) -> str:
-    """A short name for a ``cpu_info()`` record: the CPU model and whether it has AMX.
+    """A short name for a ``cpu_info()`` record: the CPU model, its family and model numbers where
+    recorded (two "AMD EPYC" generations differ about 2x per call), and whether it has AMX.
 
     >>> machine_label({"model": "AMD EPYC", "flags_simd": ["avx512_bf16"]})
     'AMD EPYC, no AMX'
+    >>> machine_label({"model": "AMD EPYC", "family": 26, "model_number": 2, "flags_simd": []})
+    'AMD EPYC (family 26, model 2), no AMX'
     """
     amx = any(f.startswith("amx") for f in machine.get("flags_simd", []))
-    return f"{machine['model']}, {'AMX' if amx else 'no AMX'}"
+    name = machine["model"]
+    if machine.get("family") is not None:
+        name += f" (family {machine['family']}, model {machine.get('model_number')})"
+    return f"{name}, {'AMX' if amx else 'no AMX'}"
+
+
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two ``cpu_info()`` records name the same kind of machine: CPU model, family and model
+    numbers, CPUs and SIMD flags (a record without the family numbers matches none).
+
+    >>> cpu = {"model": "AMD EPYC", "family": 26, "model_number": 2, "cpus": 2, "flags_simd": []}
+    >>> same_machine(cpu, cpu | {"python": "3.13.5"}), same_machine(cpu, cpu | {"family": 25})
+    (True, False)
+    >>> same_machine({"model": "AMD EPYC", "cpus": 2, "flags_simd": []}, cpu)
+    False
+    """
+    keys = ("model", "family", "model_number", "cpus", "flags_simd")
+    return a.get("family") is not None and all(a.get(k) == b.get(k) for k in keys)
 
 
 def write_result(name: str, doc: dict[str, Any]) -> Path:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import cpu_info, read_result, write_result
+from bench.common import cpu_info, machine_label, read_result, same_machine, write_result
 from bench.rbt6 import model_dirs
 from bench.runner import run_worker
 
@@ -202,8 +202,14 @@ def run(
         **result,
     }
     matmul = read_result("matmul")
-    if matmul:
+    if matmul and same_machine(matmul.get("machine", {}), cpu_info()):
         doc["matmul_peak_ops_per_s"] = matmul["peak_ops_per_s"]
+    elif matmul:
+        logger.warning(
+            "no shares of the matmul peak: bench/results/matmul.json was measured on %s; "
+            "run `python -m bench matmul` on this machine first",
+            machine_label(matmul["machine"]) if "machine" in matmul else "an unrecorded machine",
+        )
     doc["targets"] = targets(doc)
     write_result("peer", doc)
     for line in table(doc):

@@ -99,9 +99,10 @@ def tables() -> str:
     out: list[str] = []
     cpu = cpu_info()
     out += [
-        f"This machine: {cpu['model']}, {cpu['cpus']} CPUs, {cpu['memory_gib']} GiB; "
+        f"This machine: {machine_label(cpu)}, {cpu['cpus']} CPUs, {cpu['memory_gib']} GiB; "
         f"SIMD flags: {' '.join(cpu['flags_simd'])}. Each table names the machine it was measured "
-        "on (the CPU model, and whether it has AMX): ratios within one table are comparable, "
+        "on (the CPU model, its family and model numbers where recorded, and whether it has AMX): "
+        "ratios within one table are comparable, "
         "absolute times across tables from different machines are not.",
         "",
     ]

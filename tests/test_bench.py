@@ -216,7 +216,10 @@ def test_bench_peer_sends_the_openvino_conversions_to_the_worker(
     monkeypatch.setattr(bench.peer, "precision_dirs", lambda: {"int8": "/m/int8"})
     monkeypatch.setattr(bench.peer, "openvino_missing", lambda: None)
     monkeypatch.setattr(bench.peer, "openvino_dirs", lambda: {"fp32": "/m/ov32", "int8": "/m/ov8"})
-    monkeypatch.setattr(bench.peer, "read_result", lambda name: {"peak_ops_per_s": {"int8": 5e11}})
+    here = bench.common.cpu_info() | {"family": 26, "model_number": 2}
+    monkeypatch.setattr(bench.peer, "cpu_info", lambda: here)
+    matmul = {"peak_ops_per_s": {"int8": 5e11}, "machine": here}
+    monkeypatch.setattr(bench.peer, "read_result", lambda name: matmul)
     monkeypatch.setattr(bench.peer, "write_result", lambda name, doc: written.update(doc))
     monkeypatch.setattr(
         bench.peer, "run_worker", lambda mode, *args: sent.append(args) or {"percall": {}}
@@ -227,6 +230,11 @@ def test_bench_peer_sends_the_openvino_conversions_to_the_worker(
     assert pairs == ["int8=/m/int8", "openvino-fp32=/m/ov32", "openvino-int8=/m/ov8"]
     assert written["openvino"] == "compared"
     assert written["matmul_peak_ops_per_s"] == {"int8": 5e11}
+    # A peak measured on another machine is not a share of this one's.
+    matmul["machine"] = here | {"family": -1}
+    written.clear()
+    bench.peer.run(rounds=1, texts=10)
+    assert "matmul_peak_ops_per_s" not in written
 
 
 @pytest.mark.parametrize(
