@@ -1,4 +1,5 @@
 import doctest
+import hashlib
 import json
 import re
 import unicodedata
@@ -24,6 +25,7 @@ from training.schema import PREDICATES, SPOUSE_INVERSE
 DATA = Path(__file__).parent / "data"
 EVERYDAY = DATA / "everyday.jsonl"
 UNSEEN = DATA / "everyday_unseen.jsonl"
+DEV = DATA / "everyday_dev.jsonl"
 
 
 def test_evaluate_micro_scores() -> None:
@@ -60,14 +62,24 @@ def test_evaluate_gold_entities_are_positions_of_every_mention() -> None:
     assert gold_entities(rec) == {(0, 2, "人物"), (4, 8, "机构"), (9, 11, "人物")}
 
 
-# -- the hand-written everyday set of issue 23 ---------------------------------------------------
+# -- the hand-written everyday sets of issue 23: unseen (the test set) and dev (for tuning) -------
+
+# set file, least records, least records per pattern
+EVERYDAY_SETS = [pytest.param(UNSEEN, 150, 4, id="unseen"), pytest.param(DEV, 160, 5, id="dev")]
 
 
-def test_evaluate_unseen_set_is_well_formed() -> None:
+def _texts_hashes(path: Path) -> set[str]:
+    return {hashlib.sha256(r["text"].encode("utf-8")).hexdigest() for r in read_records(path)}
+
+
+@pytest.mark.parametrize(("path", "least", "_per_pattern"), EVERYDAY_SETS)
+def test_evaluate_everyday_set_of_issue_23_is_well_formed(
+    path: Path, least: int, _per_pattern: int
+) -> None:
     """Every argument is a span of its text, every predicate is the schema's, spouses go both
     ways, every record is tagged with known patterns, and no text repeats the older set."""
-    records = read_records(UNSEEN)
-    assert len(records) >= 150
+    records = read_records(path)
+    assert len(records) >= least
     texts = [r["text"] for r in records]
     assert len(set(texts)) == len(texts)
     assert not set(texts) & {r["text"] for r in read_records(EVERYDAY)}
@@ -89,14 +101,23 @@ def test_evaluate_unseen_set_is_well_formed() -> None:
             assert len(triples) >= 2, shown
 
 
-def test_evaluate_unseen_set_covers_every_predicate_and_pattern() -> None:
-    records = read_records(UNSEEN)
+@pytest.mark.parametrize(("path", "_least", "per_pattern"), EVERYDAY_SETS)
+def test_evaluate_everyday_set_of_issue_23_covers_every_predicate_and_pattern(
+    path: Path, _least: int, per_pattern: int
+) -> None:
+    records = read_records(path)
     per_predicate = Counter(p for r in records for _, p, _ in gold_triples(r))
-    per_pattern = Counter(t for r in records for t in r["patterns"])
+    tagged = Counter(t for r in records for t in r["patterns"])
     assert {p: n for p, n in per_predicate.items() if n < 8} == {}
     assert set(per_predicate) == set(PREDICATES)
-    assert {t: n for t, n in per_pattern.items() if n < 4} == {}
-    assert set(per_pattern) == set(PATTERNS)
+    assert {t: n for t, n in tagged.items() if n < per_pattern} == {}
+    assert set(tagged) == set(PATTERNS)
+
+
+def test_evaluate_dev_set_shares_no_text_with_the_unseen_set() -> None:
+    """Compared as hashes, and a failure reports only a count: the unseen texts are never shown."""
+    shared = len(_texts_hashes(DEV) & _texts_hashes(UNSEEN))
+    assert shared == 0, f"{shared} dev text(s) equal unseen texts"
 
 
 # -- scores per label and per pattern ------------------------------------------------------------
