@@ -19,18 +19,28 @@ The schema lives in ``training.schema`` (what training needs, without Faker), th
 lists in ``training.wordlists``; this module is the generator.
 
 Sentence shapes, mixed at random (shares of records, ``CorpusGenerator._body``): one fact (22%);
-several facts about one subject, the subject elided or replaced by a pronoun after its first mention
-(17%); a fact about a work or a company followed by facts about the person it names, an entity that
-is object of one triple and subject of the next (13%); biography headers (``张三，男，汉族，1962年5月
-生，山东济南人``, 8%); two statements in one text (7%); sentences that name people, places and works
-but state no relation at all (11%); and the everyday shapes of issue 23 (22%): the credits of one
-work in one sentence (``《S》由A执导，B、C主演``, ``《S》的导演是A，主演B和C``, ``A执导、B主演的《S》``,
-``由A作词作曲``), the same predicate twice (``A的首都是B，C的首都是D``), several subjects sharing an
-object (``《A》和《B》都是X写的``), subjects and objects paired by 分别, appositions and side clauses
-(``美国导演A执导的《S》``, ``张三，山东济南人，1962年生，毕业于...``), both parents at once. Every
-predicate has its common verb variants and its 由/被 forms; lists join with 、, 和, 与, 及, 以及;
-titles appear with and without 《》; dates in their everyday forms (``1990年5月3日``, ``1990年``,
-``1990年5月3号``, ``1990.5.3``, ``一九九〇年``).
+several facts about one subject, the subject elided (``，妻子是B``) or replaced by a pronoun after its
+first mention (17%); a fact about a work or a company followed by facts about the person it names, an
+entity that is object of one triple and subject of the next (13%); biography headers (``张三，男，汉族，
+1962年5月生，山东济南人``, 8%); two statements in one text (7%); sentences that name people, places
+and works but state no relation at all (11%); and the everyday shapes of issue 23 (22%): the credits
+of one work in one sentence (``《S》由A执导，B、C主演``, ``《S》的导演是A，主演B和C``, ``A执导、B主演的
+《S》``, ``由A作词作曲``), the same predicate twice (``A的首都是B，C的首都是D``), several subjects
+sharing an object (``《A》和《B》都是X写的``), subjects and objects paired by 分别, appositions and side
+clauses (``美国导演A执导的《S》``, ``张三，山东济南人，1962年生，毕业于...``), both parents at once, a
+birth date and place in one phrase (``莫言1955年出生于山东高密``), founders with the founding date
+(``马化腾于1998年在深圳创办了腾讯``), and form fields (``姓名：欧阳婧　民族：回族``). Every predicate
+has its common verb variants and its 由/被 forms; a template's year is a fact where it states one
+(``张三1962年生在济南``: the birth year too); lists join with 、, 和, 与, 及, 以及; titles appear with
+and without 《》; dates in their everyday forms (``1990年5月3日``, ``1990年``, ``1990年5月3号``,
+``1990.5.3``, ``1990.05``, ``90年``, ``一九九〇年``).
+
+Names are drawn so that their shape gives nothing away: besides Faker's names and the lists, bare
+brands (``腾讯``), schools by short name (``北大``), transliterated and minority names (``詹姆斯·卡梅隆``,
+``诺兰``, ``热依扎``), kin as subjects (``我外婆``), and names and titles of any common character (GB
+2312 level 1, so every embedding the model may meet in a name is trained). Some texts carry a remark
+of random common characters, an aside between facts or a chat ending: the model learns the cues of a
+fact, not the words around it.
 """
 
 from __future__ import annotations
@@ -49,7 +59,10 @@ from faker import Faker
 from training.schema import PREDICATES, SCHEMA, SPOUSE_INVERSE, triple_entities
 from training.wordlists import (
     ALBUM_EXTRA,
+    ASIDES,
     BOOK_TYPES,
+    BORN,
+    CHAT_ENDINGS,
     CLOSERS,
     COMPANY_CHARS,
     COMPANY_SUFFIXES,
@@ -64,14 +77,22 @@ from training.wordlists import (
     ENGLISH_TITLES,
     ETHNICITIES,
     FEMALE_CHARS,
+    FIELD_COLONS,
+    FIELD_HEADERS,
+    FIELD_SEPARATORS,
+    FIELDS,
     FILM_EXTRA,
     FOREIGN_CITIES,
     FOREIGN_FIRST_F,
     FOREIGN_FIRST_M,
     FOREIGN_LAST,
+    FOUNDED,
     INDUSTRIES,
+    KIN_MALE,
+    KIN_SUBJECTS,
     MALE_CHARS,
     MERGED_ROLES,
+    MINORITY_HEADS,
     NEGATIVES,
     OCCUPATIONS,
     OPENERS,
@@ -84,6 +105,8 @@ from training.wordlists import (
     RESPECTIVELY,
     ROLES,
     SCHOOL_PATTERNS,
+    SCHOOL_SHORT,
+    SCHOOL_SHORT_PATTERNS,
     SHARED_OBJECT,
     SIDE_FACTS,
     SONG_EXTRA,
@@ -91,6 +114,7 @@ from training.wordlists import (
     TITLE_MODIFIERS,
     TITLE_NOUNS,
     TITLE_PATTERNS,
+    TRANSLIT_SYLLABLES,
     WORK_KINDS,
 )
 
@@ -126,6 +150,9 @@ class Record:
             ensure_ascii=False,
         )
 
+
+# The fact a template's {year}年 states besides its own predicate.
+_YEAR_FACTS = {"出生地": "出生日期", "创始人": "成立日期"}
 
 # The entity type of each slot of the NEGATIVES templates.
 _NEGATIVE_SLOT_TYPES = {
@@ -177,6 +204,8 @@ class CorpusGenerator:
         # Typed names placed outside triples (decorations, sentences without relations); recording
         # them draws nothing, so the texts and triples of a seed do not depend on it.
         self._mentions: list[tuple[str, str]] = []
+        self.chars = _common_chars()
+        self.wide = _level1_chars()
 
     # ---- entities ---------------------------------------------------------------------------
     def _draw(self, make: Callable[[], str]) -> str:
@@ -197,9 +226,20 @@ class CorpusGenerator:
             if family is not None:
                 chars = MALE_CHARS if male else FEMALE_CHARS
                 return family + "".join(r.choice(chars) for _ in range(r.choice((1, 2, 2))))
-            if r.random() < 0.06:
+            x = r.random()
+            if x < 0.05:
                 first = r.choice(FOREIGN_FIRST_M if male else FOREIGN_FIRST_F)
                 return f"{first}·{r.choice(FOREIGN_LAST)}"
+            if x < 0.12:
+                return self.foreign_name()
+            if x < 0.15:
+                return self.minority_name()
+            if x < 0.32:
+                # Given names from wider pools: the characters of names and brands, or any
+                # common character (GB 2312 level 1), so every character's embedding is trained.
+                pool = self.chars if x < 0.22 else self.wide
+                surname = self.fake.last_name()
+                return surname + "".join(r.choice(pool) for _ in range(r.choice((1, 2, 2))))
             if r.random() < 0.03:
                 # Everyday nicknames: 小李, 老周.
                 return r.choice(("小", "老")) + self.fake.last_name()
@@ -214,6 +254,30 @@ class CorpusGenerator:
         name = self._draw(make)
         self.genders[name] = male
         return Person(name, male)
+
+    def translit(self, low: int, high: int) -> str:
+        """A transliterated word of ``low`` to ``high`` syllables (卡梅隆, 阿依古丽)."""
+        return "".join(
+            self.rng.choice(TRANSLIT_SYLLABLES) for _ in range(self.rng.randint(low, high))
+        )
+
+    def foreign_name(self) -> str:
+        """詹姆斯·卡梅隆, 莱昂纳多·迪卡普里奥, or the family name alone (诺兰), as news writes them."""
+        r = self.rng
+        last = self.translit(2, 4)
+        x = r.random()
+        if x < 0.25:
+            return last
+        if x < 0.35:
+            return f"{self.translit(2, 3)}·{self.translit(1, 3)}·{last}"
+        return f"{self.translit(2, 4)}·{last}"
+
+    def minority_name(self) -> str:
+        """Names written without a 姓: 热依扎, 迪丽热巴, 买买提·艾力."""
+        r = self.rng
+        if r.random() < 0.3:
+            return f"{r.choice(MINORITY_HEADS)}·{self.translit(2, 3)}"
+        return self.translit(3, 4)
 
     def place(self) -> str:
         r = self.rng
@@ -269,9 +333,20 @@ class CorpusGenerator:
         if style < 0.95:
             # Everyday forms: 5月3号, 1990.5.3, 一九九〇年.
             return f"{year}年{month}月{day}号"
-        if style < 0.97:
+        if style < 0.96:
             return f"{year}.{month}.{day}"
-        return "".join("〇一二三四五六七八九"[int(d)] for d in str(year)) + "年"
+        if style < 0.97:
+            return f"{year}.{month:02d}"
+        if style < 0.98:
+            # Two-digit years, as people say them: 89年, 89年5月.
+            return f"{year % 100:02d}年" + (f"{month}月" if r.random() < 0.4 else "")
+        chinese = "".join("〇一二三四五六七八九"[int(d)] for d in str(year)) + "年"
+        if r.random() < 0.3:
+            chinese += (
+                "一二三四五六七八九十"[month - 1] if month <= 10 else "十" + "一二"[month - 11]
+            )
+            chinese += "月"
+        return chinese
 
     def country(self) -> str:
         r = self.rng
@@ -283,8 +358,13 @@ class CorpusGenerator:
         r = self.rng
 
         def make() -> str:
-            if r.random() < 0.35:
+            x = r.random()
+            if x < 0.3:
                 return r.choice(REAL_SCHOOLS)
+            if x < 0.42:
+                return r.choice(SCHOOL_SHORT)
+            if x < 0.52:
+                return r.choice(SCHOOL_SHORT_PATTERNS).format(c=self.city(), t=self.translit(2, 4))
             prov = r.choice(sorted(PROVINCE_CITIES))
             return r.choice(SCHOOL_PATTERNS).format(c=self.city(), c2=self.city(), p=prov)
 
@@ -306,7 +386,15 @@ class CorpusGenerator:
 
         def make() -> str:
             style = r.random()
-            if style < 0.3:
+            if style < 0.12:
+                # Bare brand names, as people write them: 腾讯, 阿里巴巴, 华为.
+                return self.fake.company_prefix()
+            if style < 0.22:
+                pool = self.chars if style < 0.17 else self.wide
+                return "".join(r.choice(pool) for _ in range(r.choice((2, 2, 3, 4))))
+            if style < 0.27:
+                return self.translit(2, 4)
+            if style < 0.45:
                 return self.fake.company()
             if style < 0.55:
                 stem = self.fake.company_prefix()
@@ -327,6 +415,11 @@ class CorpusGenerator:
         }.get(kind, ())
 
         def make() -> str:
+            x = r.random()
+            if x < 0.2:
+                # Titles of ordinary characters, without a cue of their own: 活着, 晴天.
+                pool = self.chars if x < 0.1 else self.wide
+                return "".join(r.choice(pool) for _ in range(r.choice((2, 2, 3, 4))))
             a, b = r.sample(TITLE_NOUNS, 2)
             return r.choice(patterns).format(
                 a=a,
@@ -446,6 +539,9 @@ class CorpusGenerator:
             triples.append((subject, predicate, obj))
             if predicate in SPOUSE_INVERSE:
                 triples.append((obj, SPOUSE_INVERSE[predicate], subject))
+        if "{year}年" in template and predicate in _YEAR_FACTS:
+            # 张三1962年生在济南 states the birth year too; 马化腾于1998年创办了腾讯, the founding year.
+            triples.append((subject, _YEAR_FACTS[predicate], values["year"] + "年"))
         elided = None
         if template.startswith("{s}") and template[3:4] not in (
             "的",
@@ -457,6 +553,10 @@ class CorpusGenerator:
             "与",
         ):
             elided = _SLOT.sub(lambda m: values[m.group(1)], template[3:])
+        for lead in ("{s}的", "《{s}》的"):
+            # 华为总部位于深圳，创始人是任正非: the owner of a noun is left out after the first clause.
+            if template.startswith(lead) and template[len(lead) : len(lead) + 1] != "{":
+                elided = _SLOT.sub(lambda m: values[m.group(1)], template[len(lead) :])
         return _Clause(text, triples, elided)
 
     # ---- sentence shapes --------------------------------------------------------------------
@@ -470,6 +570,11 @@ class CorpusGenerator:
         kind = dict((p, s) for p, s, _ in SCHEMA)[predicate]
         if kind == "人物":
             male = {"妻子": True, "丈夫": False}.get(predicate)
+            if male is None and self.rng.random() < 0.04:
+                # 我外婆是1936年在湖南湘潭出生的: kin, not a name, as the subject.
+                kin = self._draw(lambda: self.rng.choice(KIN_SUBJECTS))
+                if predicate not in ("父亲", "母亲") or kin[1:] not in ("爸", "妈", "父亲", "母亲"):
+                    return kin, Person(kin, kin in KIN_MALE)
             p = self.person(male)
             return p.name, p
         if kind in ("图书作品", "书籍"):
@@ -547,6 +652,8 @@ class CorpusGenerator:
                 text = r.choice(WORK_PRONOUNS[topic]) + c.text[len(subject) :]
             else:
                 text = c.text
+            if parts and r.random() < 0.08:
+                text = r.choice(ASIDES) + "，" + text
             parts.append(text)
             triples.extend(c.triples)
             if predicate in (
@@ -891,19 +998,98 @@ class CorpusGenerator:
         text = self._fill(r.choice(PARENTS), values)
         return Record(text + "。", [(child.name, "父亲", father), (child.name, "母亲", mother)])
 
+    def _born(self) -> Record:
+        """Birth date and place in one phrase (莫言1955年出生于山东高密), often with a fact after it."""
+        r = self.rng
+        person = self.person()
+        d, p = self.date(), self.place()
+        text = self._fill(r.choice(BORN), {"s": person.name, "d": d, "p": p})
+        triples = [(person.name, "出生日期", d), (person.name, "出生地", p)]
+        if r.random() < 0.5:
+            predicate = r.choice(("毕业院校", "父亲", "母亲", "民族", "祖籍", "国籍"))
+            c = self.clause(predicate, person.name, person)
+            if c.triples[0][2] not in text and not any(c.triples[0][2] in x for x in (d, p)):
+                rest = c.elided if c.elided is not None and r.random() < 0.6 else None
+                if rest is None and _pronounable(c.text, person.name):
+                    rest = person.pronoun + c.text[len(person.name) :]
+                if rest is not None:
+                    text += "，" + rest
+                    triples += c.triples
+        return Record(text + "。", triples)
+
+    def _founded(self) -> Record:
+        """A company's founders and founding date in one phrase: 马化腾于1998年在深圳创办了腾讯."""
+        r = self.rng
+        company = self.company()
+        founders = self._objects("创始人", company, r.choice((1, 1, 1, 2, 3)), {company})
+        if not founders:
+            return self._single_record()
+        d = self.date(person=False)
+        city = self.city()
+        self._mentions.append((city, "地点"))
+        values = {"c": company, "f": self._join(founders), "d": d, "city": city}
+        text = self._fill(r.choice(FOUNDED), values)
+        triples = [(company, "创始人", f) for f in founders] + [(company, "成立日期", d)]
+        return Record(text + "。", triples)
+
+    def _fields(self) -> Record:
+        """Form or résumé fields: 姓名：欧阳婧　民族：回族　出生年月：1986.04."""
+        r = self.rng
+        topic = r.choice(("person", "person", "film", "song", "book", "company"))
+        fields = FIELDS[topic]
+        subject_field, rest = fields[0], list(fields[1:])
+        if topic == "person":
+            person = self.person()
+            subject = person.name
+            rest = [f for f in rest if f[1] != "spouse" or r.random() < 0.5]
+        else:
+            person = None
+            first = {"film": "导演", "song": "歌手", "book": "作者", "company": "创始人"}[topic]
+            subject = self.company() if topic == "company" else self._subject_for(first)[0]
+        chosen = sorted(r.sample(range(len(rest)), r.randint(2, len(rest))))
+        sep = r.choice(FIELD_SEPARATORS)
+        colon = r.choice(FIELD_COLONS)
+        parts = [r.choice(subject_field[0]) + colon + subject]
+        triples: list[tuple[str, str, str]] = []
+        taken = {subject}
+        for i in chosen:
+            keys, predicate = rest[i]
+            if predicate == "spouse":
+                predicate = "丈夫" if person is not None and not person.male else "妻子"
+                keys = ("配偶", predicate)
+            count = self._count(predicate) if predicate in ("主演", "编剧", "创始人") else 1
+            objects = self._objects(predicate, subject, count, taken)
+            if not objects:
+                continue
+            parts.append(r.choice(keys) + colon + "、".join(objects))
+            for o in objects:
+                triples.append((subject, predicate, o))
+                if predicate in SPOUSE_INVERSE:
+                    triples.append((o, SPOUSE_INVERSE[predicate], subject))
+        if topic == "person" and r.random() < 0.5:
+            parts.insert(1, "性别" + colon + ("男" if person and person.male else "女"))
+        text = r.choice(FIELD_HEADERS) + sep.join(parts)
+        return Record(text, triples)
+
     def _everyday(self) -> Record:
         x = self.rng.random()
-        if x < 0.30:
+        if x < 0.24:
             return self._credits()
-        if x < 0.47:
+        if x < 0.36:
             return self._parallel()
-        if x < 0.63:
+        if x < 0.48:
             return self._shared()
-        if x < 0.76:
+        if x < 0.58:
             return self._respectively()
-        if x < 0.93:
+        if x < 0.72:
             return self._apposition()
-        return self._parents()
+        if x < 0.78:
+            return self._parents()
+        if x < 0.87:
+            return self._born()
+        if x < 0.93:
+            return self._founded()
+        return self._fields()
 
     def _negative(self) -> Record:
         r = self.rng
@@ -973,6 +1159,24 @@ class CorpusGenerator:
             if r.random() < 0.12:
                 # Titles also appear without 《》 in everyday writing.
                 text = text.replace("《", "").replace("》", "")
+            if r.random() < 0.12:
+                # A remark in words the templates never use (any common character), before, inside
+                # or after the facts: the model learns its cues, not the company they keep.
+                noise = "".join(r.choice(self.wide) for _ in range(r.randint(2, 8)))
+                commas = [i for i, c in enumerate(text) if c == "，"]
+                y = r.random()
+                if y < 0.35:
+                    text = noise + "，" + text
+                elif y < 0.7 and commas:
+                    at = r.choice(commas) + 1
+                    text = text[:at] + noise + "，" + text[at:]
+                elif text.endswith("。"):
+                    text = text[:-1] + "，" + noise + "。"
+            if r.random() < 0.06 and text.endswith("。"):
+                # Chat endings: 哈哈, ～, ！.
+                text = text[:-1] + r.choice(CHAT_ENDINGS)
+            if r.random() < 0.03:
+                text = text.replace("，", r.choice((",", " ")))
             triples = _dedupe(rec.triples)
             # Names of discarded clauses may be recorded too: keep only those in the text.
             named = dict(triple_entities(triples))
@@ -987,6 +1191,52 @@ class CorpusGenerator:
     def records(self, n: int) -> Iterator[Record]:
         for _ in range(n):
             yield self.record()
+
+
+# Characters that join the facts of a sentence; names drawn from the wide pools never contain them.
+_CUE_CHARS = "的是和与于在由被为及"
+_WIDE_POOL: list[str] = []
+
+
+def _common_chars() -> list[str]:
+    """Ordinary characters of names and brands: those of Faker's ``zh_CN`` names, companies and
+    places and of the project's own lists, sorted (the same pool, so the same draws, everywhere)."""
+    if not _WIDE_POOL:
+        from faker.providers.address.zh_CN import Provider as Address
+        from faker.providers.company.zh_CN import Provider as Company
+        from faker.providers.person.zh_CN import Provider as People
+
+        words = [
+            *People.first_names,
+            *Company.company_prefixes,
+            *Address.cities,
+            *Address.districts,
+            MALE_CHARS,
+            FEMALE_CHARS,
+            COMPANY_CHARS,
+            *TITLE_NOUNS,
+        ]
+        chars = {c for w in words for c in w if "\u4e00" <= c <= "\u9fff"}
+        _WIDE_POOL.extend(sorted(chars - set(_CUE_CHARS)))
+    return _WIDE_POOL
+
+
+_LEVEL1: list[str] = []
+
+
+def _level1_chars() -> list[str]:
+    """The common characters of GB 2312 level 1 (its rows 16-55, 3,755 characters) in code order,
+    less the cue characters."""
+    if not _LEVEL1:
+        for row in range(0xB0, 0xD8):
+            for cell in range(0xA1, 0xFF):
+                try:
+                    char = bytes((row, cell)).decode("gb2312")
+                except UnicodeDecodeError:
+                    continue
+                if char not in _CUE_CHARS:
+                    _LEVEL1.append(char)
+    return _LEVEL1
 
 
 def _surname(name: str) -> str | None:
