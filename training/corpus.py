@@ -49,8 +49,9 @@ import json
 import random
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -255,6 +256,11 @@ class CorpusGenerator:
         self.genders[name] = male
         return Person(name, male)
 
+    def coined(self, pool: Sequence[str]) -> str:
+        """A name of 2 to 4 characters of ``pool``, no word of any list (a brand, a title)."""
+        r = self.rng
+        return "".join(r.choice(pool) for _ in range(r.choice((2, 2, 3, 4))))
+
     def translit(self, low: int, high: int) -> str:
         """A transliterated word of ``low`` to ``high`` syllables (卡梅隆, 阿依古丽)."""
         return "".join(
@@ -390,8 +396,7 @@ class CorpusGenerator:
                 # Bare brand names, as people write them: 腾讯, 阿里巴巴, 华为.
                 return self.fake.company_prefix()
             if style < 0.22:
-                pool = self.chars if style < 0.17 else self.wide
-                return "".join(r.choice(pool) for _ in range(r.choice((2, 2, 3, 4))))
+                return self.coined(self.chars if style < 0.17 else self.wide)
             if style < 0.27:
                 return self.translit(2, 4)
             if style < 0.45:
@@ -418,8 +423,7 @@ class CorpusGenerator:
             x = r.random()
             if x < 0.2:
                 # Titles of ordinary characters, without a cue of their own: 活着, 晴天.
-                pool = self.chars if x < 0.1 else self.wide
-                return "".join(r.choice(pool) for _ in range(r.choice((2, 2, 3, 4))))
+                return self.coined(self.chars if x < 0.1 else self.wide)
             a, b = r.sample(TITLE_NOUNS, 2)
             return r.choice(patterns).format(
                 a=a,
@@ -1195,48 +1199,44 @@ class CorpusGenerator:
 
 # Characters that join the facts of a sentence; names drawn from the wide pools never contain them.
 _CUE_CHARS = "的是和与于在由被为及"
-_WIDE_POOL: list[str] = []
 
 
-def _common_chars() -> list[str]:
+@cache
+def _common_chars() -> tuple[str, ...]:
     """Ordinary characters of names and brands: those of Faker's ``zh_CN`` names, companies and
     places and of the project's own lists, sorted (the same pool, so the same draws, everywhere)."""
-    if not _WIDE_POOL:
-        from faker.providers.address.zh_CN import Provider as Address
-        from faker.providers.company.zh_CN import Provider as Company
-        from faker.providers.person.zh_CN import Provider as People
+    from faker.providers.address.zh_CN import Provider as Address
+    from faker.providers.company.zh_CN import Provider as Company
+    from faker.providers.person.zh_CN import Provider as People
 
-        words = [
-            *People.first_names,
-            *Company.company_prefixes,
-            *Address.cities,
-            *Address.districts,
-            MALE_CHARS,
-            FEMALE_CHARS,
-            COMPANY_CHARS,
-            *TITLE_NOUNS,
-        ]
-        chars = {c for w in words for c in w if "\u4e00" <= c <= "\u9fff"}
-        _WIDE_POOL.extend(sorted(chars - set(_CUE_CHARS)))
-    return _WIDE_POOL
+    words = [
+        *People.first_names,
+        *Company.company_prefixes,
+        *Address.cities,
+        *Address.districts,
+        MALE_CHARS,
+        FEMALE_CHARS,
+        COMPANY_CHARS,
+        *TITLE_NOUNS,
+    ]
+    chars = {c for w in words for c in w if "\u4e00" <= c <= "\u9fff"}
+    return tuple(sorted(chars - set(_CUE_CHARS)))
 
 
-_LEVEL1: list[str] = []
-
-
-def _level1_chars() -> list[str]:
+@cache
+def _level1_chars() -> tuple[str, ...]:
     """The common characters of GB 2312 level 1 (its rows 16-55, 3,755 characters) in code order,
     less the cue characters."""
-    if not _LEVEL1:
-        for row in range(0xB0, 0xD8):
-            for cell in range(0xA1, 0xFF):
-                try:
-                    char = bytes((row, cell)).decode("gb2312")
-                except UnicodeDecodeError:
-                    continue
-                if char not in _CUE_CHARS:
-                    _LEVEL1.append(char)
-    return _LEVEL1
+    chars = []
+    for row in range(0xB0, 0xD8):
+        for cell in range(0xA1, 0xFF):
+            try:
+                char = bytes((row, cell)).decode("gb2312")
+            except UnicodeDecodeError:
+                continue
+            if char not in _CUE_CHARS:
+                chars.append(char)
+    return tuple(chars)
 
 
 def _surname(name: str) -> str | None:
