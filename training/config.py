@@ -27,6 +27,24 @@ DEMO_BERT_CONFIG: dict[str, Any] = {
 }
 
 
+def encoder_config(hidden_size: int) -> dict[str, Any]:
+    """The demo encoder at another width: the feed-forward layer 4x as wide, the 4 heads kept.
+
+    >>> encoder_config(160)["intermediate_size"]
+    640
+    >>> encoder_config(130)
+    Traceback (most recent call last):
+    ...
+    ValueError: hidden size 130 is not a multiple of the 4 attention heads
+    """
+    heads = DEMO_BERT_CONFIG["num_attention_heads"]
+    if hidden_size < heads or hidden_size % heads:
+        raise ValueError(
+            f"hidden size {hidden_size} is not a multiple of the {heads} attention heads"
+        )
+    return {**DEMO_BERT_CONFIG, "hidden_size": hidden_size, "intermediate_size": 4 * hidden_size}
+
+
 # The model name (and ``spo train``'s output folder under models/) of each task, unless given.
 DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 

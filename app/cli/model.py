@@ -20,7 +20,7 @@ import click
 from app.core.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.tasks import TASK_NAMES
-from training.config import DEFAULT_NAMES, TrainConfig
+from training.config import DEFAULT_NAMES, DEMO_BERT_CONFIG, TrainConfig, encoder_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,6 +106,13 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
     show_default=True,
     help="Safety net: stop training after this long (the export still runs).",
 )
+@click.option(
+    "--hidden-size",
+    type=click.IntRange(min=4),
+    default=DEMO_BERT_CONFIG["hidden_size"],
+    show_default=True,
+    help="Encoder width (a multiple of its 4 attention heads; feed-forward 4x as wide).",
+)
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
 def train_command(
     train_path: Path,
@@ -118,11 +125,16 @@ def train_command(
     max_steps: int | None,
     dropout: float | None,
     max_minutes: float,
+    hidden_size: int,
     seed: int,
 ) -> None:
     """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out."""
     from training.train import train
 
+    try:
+        bert_config = encoder_config(hidden_size)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--hidden-size") from None
     if out is None:
         out = Path("models", DEFAULT_NAMES[task])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -139,6 +151,7 @@ def train_command(
             max_minutes=max_minutes,
             seed=seed,
             task=task,
+            bert_config=bert_config,
         )
     )
     click.echo(f"model written to {result}")

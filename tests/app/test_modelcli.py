@@ -129,3 +129,27 @@ def test_modelcli_make_corpus_without_the_training_extra_names_it(tmp_path, monk
     assert result.exit_code == 1
     assert "faker is missing" in result.output and "spo-service[training]" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "a.jsonl").exists()
+
+
+def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
+    """--hidden-size widens the encoder (feed-forward 4x); a width the heads cannot split is a
+    usage error, before anything is trained."""
+    import doctest
+
+    import training.config
+    import training.train
+
+    assert doctest.testmod(training.config).failed == 0
+    seen = {}
+    monkeypatch.setattr(training.train, "train", lambda config: seen.setdefault("c", config))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("{}\n", encoding="utf-8")
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
+                                   "--hidden-size", "160"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert seen["c"].bert_config["hidden_size"] == 160
+    assert seen["c"].bert_config["intermediate_size"] == 640
+    bad = CliRunner().invoke(main, ["train", str(corpus), "--hidden-size", "130"])
+    assert bad.exit_code == 2 and "multiple of the 4 attention heads" in bad.output
+    defaults = {p.name: p.default for p in main.commands["train"].params}
+    assert defaults["hidden_size"] == training.config.DEMO_BERT_CONFIG["hidden_size"]

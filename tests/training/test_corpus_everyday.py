@@ -8,7 +8,7 @@ import pytest
 
 from training.corpus import CorpusGenerator, Record, _level1_chars, _surname
 from training.schema import PREDICATES, SPOUSE_INVERSE
-from training.wordlists import TEMPLATES
+from training.wordlists import NEAR_MISSES, REL_NOUNS, TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,8 @@ def test_corpus_everyday_every_predicate_has_a_passive_or_by_form() -> None:
         "_born",
         "_founded",
         "_fields",
+        "_object_facts",
+        "_person_works",
     ],
 )
 def test_corpus_everyday_shapes_spans_are_exact(shape: str) -> None:
@@ -254,3 +256,99 @@ def test_corpus_everyday_kin_subjects_are_gendered() -> None:
     kin = [(s, p, o) for r in recs for s, p, o in r.triples if s.startswith("我")]
     assert kin
     assert all(p != "妻子" for s, p, _ in kin if s in ("我妈", "我外婆", "我奶奶", "我姐"))
+
+
+def test_corpus_everyday_corrections_make_only_the_right_object_gold() -> None:
+    """《子夜》不是巴金写的，而是茅盾写的: one fact (茅盾); the denied name is typed for NER but no
+    argument; a denial alone states nothing."""
+    gen = CorpusGenerator(seed=4)
+    corrected = denied = 0
+    for _ in range(300):
+        gen._mentions = []
+        rec = gen._correction()
+        wrong = [name for name, _ in gen._mentions[1::2]]  # (subject, object) pairs
+        if not wrong:  # fell back to a plain fact
+            continue
+        assert all(w in rec.text for w in wrong), rec.text
+        objects = {o for _, p, o in rec.triples}
+        assert not objects & set(wrong), rec.text
+        if rec.triples:
+            corrected += 1
+            right = rec.triples[0][2]
+            assert (
+                rec.text.find(right) > rec.text.find(wrong[0])
+                or "不是" in rec.text[rec.text.find(right) :]
+            ), rec.text
+        else:
+            denied += 1
+            assert re.search("不是|并非|并不是", rec.text), rec.text
+    assert corrected > 150 and denied > 30
+
+
+def test_corpus_everyday_facts_about_a_relations_object() -> None:
+    """冯小刚的妻子徐帆是湖北武汉人: the object of the first fact is the subject of the next ones."""
+    recs = [
+        r
+        for r in _shape("_object_facts", 300)
+        if r.triples[0][1] in REL_NOUNS
+        and any(f"{noun}{r.triples[0][2]}" in r.text for noun in REL_NOUNS[r.triples[0][1]])
+    ]
+    assert len(recs) > 150
+    chained = 0
+    for rec in recs:
+        first = rec.triples[0]
+        later = {s for s, p, _ in rec.triples[1:] if p not in SPOUSE_INVERSE}
+        assert later <= {first[2]}, rec.text
+        chained += bool(later)
+    assert chained > 0.6 * len(recs)
+
+
+def test_corpus_everyday_a_persons_works_after_the_person() -> None:
+    """歌手腾格尔是蒙古族，代表作有《天堂》《蒙古人》: every work is credited to the person named
+    first, and titles sometimes stand side by side without a separator."""
+    recs = _shape("_person_works", 300)
+    for rec in recs:
+        credits = [t for t in rec.triples if t[1] not in ("出生地", "出生日期", "毕业院校")]
+        people = {o for _, p, o in credits if p not in ("民族", "祖籍", "国籍")}
+        assert len(people) == 1 and rec.text.find(people.pop()) < rec.text.find("《"), rec.text
+    assert any("》《" in r.text for r in recs)
+
+
+def test_corpus_everyday_near_misses_state_nothing(records: list[Record]) -> None:
+    """岳父, 任教, 制片人, 译者: relations beside the schema's, in sentences without a fact."""
+    assert any("岳父" in t for t in NEAR_MISSES) and any("任教" in t for t in NEAR_MISSES)
+    stems = [t.split("{")[1].split("}")[1][:3] for t in NEAR_MISSES if "}" in t]
+    near = [r for r in records if not r.triples and any(stem in r.text for stem in stems)]
+    assert near
+
+
+def test_corpus_everyday_chained_person_is_never_a_year() -> None:
+    """A fact about the founder follows 于1998年创办了X: the follow-up's subject is the person,
+    not the year the founding clause also states."""
+    for rec in CorpusGenerator(seed=11).records(3000):
+        for s, p, _ in rec.triples:
+            if p in ("出生地", "出生日期", "妻子", "丈夫", "民族", "国籍"):
+                assert not re.fullmatch(r"[\d〇一二三四五六七八九]+年.*", s), rec.text
+
+
+def test_corpus_everyday_wide_names_mostly_keep_a_gender_cue() -> None:
+    """Spouse direction is read from names: wives' given names carry a female character more
+    often than husbands' do, even among names drawn from the wide pools."""
+    from training.wordlists import FEMALE_CHARS
+
+    gen = CorpusGenerator(seed=6)
+    wives = [gen.person(male=False).name for _ in range(2000)]
+    husbands = [gen.person(male=True).name for _ in range(2000)]
+
+    def share(names: list[str]) -> float:
+        return sum(any(c in FEMALE_CHARS for c in n[1:]) for n in names) / len(names)
+
+    assert share(wives) > share(husbands) + 0.5
+
+
+def test_corpus_everyday_adverbs_and_quoted_brands(records: list[Record]) -> None:
+    """北京大学则创办于1898年; “小满茶饮”的创始人是朱小满: names still end where they end."""
+    assert any(
+        f"{s}{adv}" in r.text for r in records for s, _, _ in r.triples for adv in ("则", "其实")
+    )
+    assert any(f"“{s}”" in r.text for r in records for s, p, _ in r.triples if p == "创始人")
