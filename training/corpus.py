@@ -686,6 +686,8 @@ class CorpusGenerator:
             c = self.clause(predicate, subject, person)
             if any(t[2] in seen_objects for t in c.triples if t[0] == subject):
                 continue
+            if {t[:2] for t in c.triples} & {t[:2] for t in triples}:
+                continue  # 于1995年创立，成立于1983年: a year already stated by another clause
             seen_objects.update(t[2] for t in c.triples)
             if i == 0 or not parts:
                 text = c.text
@@ -1012,6 +1014,8 @@ class CorpusGenerator:
                 c = self.clause(r.choice(mains), name, person)
                 if any(t[2] in named or t[0] in named for t in c.triples):
                     continue
+                if {t[:2] for t in c.triples} & {t[:2] for t in triples}:
+                    continue  # 张三（1962年－），1971年生: one birth date
                 if c.elided is not None:
                     rest = c.elided
                 elif _pronounable(c.text, name):
@@ -1212,6 +1216,8 @@ class CorpusGenerator:
                 full, found, elided = c.text, c.triples, c.elided or ""
             if any(t[2] in taken or any(t[2] in x for x in taken) for t in found):
                 continue
+            if {p for s, p, _ in found} & {p for s, p, _ in triples if s == name}:
+                continue
             if not parts:
                 # The first fact reads straight on from the name: 徐帆是湖北武汉人.
                 if not _pronounable(full, name) or full[len(name)] == "的":
@@ -1258,12 +1264,28 @@ class CorpusGenerator:
         parts: list[str] = []
         triples: list[tuple[str, str, str]] = []
         taken = {person.name, *titles}
+        works = self._fill(
+            r.choice(PERSON_WORKS[role]),
+            {"ts": self._titles(role, titles), "他": person.pronoun},
+        )
+        credits = [(t, role, person.name) for t in titles]
+        if r.random() < 0.35:
+            # 老舍，满族，北京人，代表作有《骆驼祥子》《茶馆》: side facts as appositions.
+            for predicate in r.sample(sorted(SIDE_FACTS), r.choice((1, 2, 2, 3))):
+                obj = self._objects(predicate, person.name, 1, set(taken))
+                if obj:
+                    parts.append(r.choice(SIDE_FACTS[predicate]).format(o=obj[0]))
+                    triples.append((person.name, predicate, obj[0]))
+            text = "，".join([head, *parts, works])
+            return Record(text + "。", triples + credits)
         # No parents here: a second person would make the pronoun of the works ambiguous.
         facts = ("出生地", "出生日期", "毕业院校", "民族", "祖籍", "国籍")
         for fact in r.sample(facts, r.choice((0, 1, 1, 2))):
             c = self.clause(fact, person.name, person)
             if any(t[2] in taken or any(t[2] in x for x in taken) for t in c.triples):
                 continue
+            if {p for _, p, _ in c.triples} & {p for _, p, _ in triples}:
+                continue  # 1953年出生于X，于1948年出生: one birth date a person
             if not parts:
                 if not _pronounable(c.text, person.name) or c.text[len(person.name)] == "的":
                     continue
@@ -1274,13 +1296,8 @@ class CorpusGenerator:
                 continue
             taken.update(t[2] for t in c.triples)
             triples.extend(c.triples)
-        works = self._fill(
-            r.choice(PERSON_WORKS[role]),
-            {"ts": self._titles(role, titles), "他": person.pronoun},
-        )
         text = head + ("，".join(parts) + "，" if parts else "，") + works
-        triples.extend((t, role, person.name) for t in titles)
-        return Record(text + "。", triples)
+        return Record(text + "。", triples + credits)
 
     def _everyday(self) -> Record:
         shapes: tuple[tuple[float, Callable[[], Record]], ...] = (

@@ -352,3 +352,13 @@ def test_corpus_everyday_adverbs_and_quoted_brands(records: list[Record]) -> Non
         f"{s}{adv}" in r.text for r in records for s, _, _ in r.triples for adv in ("则", "其实")
     )
     assert any(f"“{s}”" in r.text for r in records for s, p, _ in r.triples if p == "创始人")
+
+
+def test_corpus_everyday_one_birth_and_founding_date_per_subject() -> None:
+    """A year a template states is a fact (_YEAR_FACTS), so a second clause must not state another
+    one: 于1995年创立，成立于1983年 would teach two founding dates for one company."""
+    for rec in CorpusGenerator(seed=12).records(4000):
+        pairs = [
+            (s, p) for s, p, _ in rec.triples if p in ("出生日期", "出生地", "成立日期", "民族")
+        ]
+        assert len(pairs) == len(set(pairs)), rec.text
