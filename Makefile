@@ -119,7 +119,7 @@ bench: $(DEV_STAMP) $(ONNX_STAMP) $(OPENVINO_STAMP)  ## run the benchmarks (hour
 	bash bench/setup.sh
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (32 min on 2 idle CPU cores)
+demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (36 min on 2 idle CPU cores)
 	$(BIN)/spo make-corpus data/train.jsonl --n 96000 --seed 1
 	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 10000 --lr 1e-3 --warmup 300 --dropout 0 --hidden-size 160 --max-minutes 58 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
@@ -128,7 +128,7 @@ demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (32 m
 	$(BIN)/spo evaluate tests/training/data/everyday_dev.jsonl --model models/demo --format text
 	$(BIN)/spo evaluate tests/training/data/everyday_unseen.jsonl --model models/demo --format text
 
-ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (18 min on 2 mostly idle CPU cores)
+ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (9 min on 2 idle CPU cores)
 	$(BIN)/spo make-corpus data/train.jsonl --n 96000 --seed 1
 	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 4000 --lr 1e-3 --warmup 300 --dropout 0 --max-minutes 58 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout
