@@ -1158,10 +1158,7 @@ class CorpusGenerator:
             "w2": wrong2,
             "他": person.pronoun if person else "它",
         }
-        if predicate in ("妻子", "丈夫"):
-            values["r"] = r.choice(REL_NOUNS[predicate])
-        else:
-            values["r"] = r.choice(REL_NOUNS.get(predicate, ("",)))
+        values["r"] = r.choice(REL_NOUNS.get(predicate, ("",)))
         values["v"] = r.choice(REL_VERBS.get(predicate, ("",)))
         values["x"] = r.choice(PERSON_IS.get(predicate, ("{o}",)))[3:]
         if r.random() < 0.25:

@@ -1554,7 +1554,7 @@ FIELD_HEADERS = ("", "", "", "【基本信息】", "简历：", "个人资料：
 # Third round (issue 23): corrections, facts about a relation's object, a person's works after the
 # person, near misses.
 
-# The noun of a predicate after 的 ({s}的{r}是{o}); spouses by the subject's gender elsewhere.
+# The noun of a predicate after 的 ({s}的{r}是{o}).
 REL_NOUNS: dict[str, tuple[str, ...]] = {
     "出生地": ("出生地",),
     "祖籍": ("祖籍",),
