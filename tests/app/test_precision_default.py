@@ -101,10 +101,13 @@ def test_precision_service_with_a_conflicting_spo_precision_says_why(int8_dir: P
     settings = Settings.from_env(
         {"SPO_MODEL_DIR": str(int8_dir), "SPO_WORKERS": "1", "SPO_PRECISION": "fp32"}
     )
-    client = create_app(settings).test_client()
-    response = client.get("/readyz")
-    assert response.status_code == 503
-    assert "unsupported_precision" in response.get_data(as_text=True)
+    app = create_app(settings)
+    try:
+        response = app.test_client().get("/readyz")
+        assert response.status_code == 503
+        assert "unsupported_precision" in response.get_data(as_text=True)
+    finally:
+        app.extensions["spo.models"].close()  # stop its load retries (they outlived the test)
 
 
 def test_precision_spo_extract_int8_model_without_a_flag(
