@@ -172,10 +172,7 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the records the model got wrong (JSON lines) here.",
 )
-@precision_option(
-    default=None,
-    help_lead="Run the model in this precision (default: the model's own, fp32 or int8)",
-)
+@precision_option(default=None, help_lead="Run the model in this precision")
 @_existing(
     "--baseline",
     "baseline_dir",

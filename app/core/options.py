@@ -519,7 +519,7 @@ def precision_option(default: str | None = None, help_lead: str = "Model precisi
         type=click.Choice(OPTIONS["precision"].choices),
         default=default,
         show_default=default is not None,
-        help=f"{help_lead} ({OPTIONS['precision'].help}).",
+        help=f"{help_lead}: {OPTIONS['precision'].help}.",
     )
 
 
