@@ -33,7 +33,8 @@ a birth date and place in one phrase (``莫言1955年出生于山东高密``), f
 (``马化腾于1998年在深圳创办了腾讯``), form fields (``姓名：欧阳婧　民族：回族``), corrections where only
 the right object is a fact (``《子夜》不是巴金写的，而是茅盾写的``; a denial alone states nothing), facts
 about a relation's object right after its noun (``冯小刚的妻子徐帆是湖北武汉人``, ``泰国首都曼谷的
-夜市``), and a person's works after the person (``歌手腾格尔是蒙古族，代表作有《天堂》``). Every
+夜市``), a person's works after the person (``歌手腾格尔是蒙古族，代表作有《天堂》``), and a person named
+first with a work's credits by 他/她 after it (``A的专辑《X》里有一首《S》，这首歌由他演唱并谱曲``). Every
 predicate has its common verb variants and its 由/被 forms; a template's year is a fact where it states
 one (``张三1962年生在济南``: the birth year too); an adverb may stand between a subject and its verb
 (``北京大学则创办于1898年``) and a brand may be quoted (``“小满茶饮”``); lists join with 、, 和, 与, 及,
@@ -42,8 +43,9 @@ one (``张三1962年生在济南``: the birth year too); an adverb may stand bet
 
 Names are drawn so that their shape gives nothing away: besides Faker's names and the lists, bare
 brands (``腾讯``), schools by short name (``北大``), transliterated and minority names (``詹姆斯·卡梅隆``,
-``诺兰``, ``热依扎``), kin as subjects (``我外婆``), and names and titles of any common character (GB
-2312 level 1, so every embedding the model may meet in a name is trained). Some texts carry a remark
+``诺兰``, ``热依扎``), kin as subjects (``我外婆``), counties and towns no list holds (``湖北仙桃``,
+``内蒙古鄂托克旗``), and names and titles of any common character (GB 2312 level 1, so every
+embedding the model may meet in a name is trained). Some texts carry a remark
 of random common characters, an aside between facts or a chat ending: the model learns the cues of a
 fact, not the words around it.
 """
@@ -77,6 +79,7 @@ from training.wordlists import (
     CONTINUATIONS,
     CORRECTIONS,
     COUNTRY_CAPITALS,
+    COUNTY_SUFFIXES,
     CREDIT_NOUNS,
     CREDIT_TOPICS,
     CREDITS,
@@ -110,6 +113,9 @@ from training.wordlists import (
     PARENTS,
     PERSON_IS,
     PERSON_WORKS,
+    PRONOUN_CREDITS,
+    PRONOUN_INTROS,
+    PRONOUN_ROLES,
     PROVINCE_CITIES,
     PROVINCE_SUFFIX,
     PUBLISHER_PATTERNS,
@@ -327,6 +333,18 @@ class CorpusGenerator:
             )
         prov = r.choice(sorted(PROVINCE_CITIES))
         city = r.choice(PROVINCE_CITIES[prov])
+        if r.random() < 0.2:  # counties and towns no list holds: 湖北仙桃, 安徽无为, 内蒙古鄂托克旗
+            county = "".join(r.choice(self.wide) for _ in range(r.choice((2, 2, 2, 3))))
+            suffixes = [x for x in COUNTY_SUFFIXES if x != "旗" or prov == "内蒙古"]
+            county += r.choice(suffixes)
+            head = r.random()
+            if head < 0.55:
+                return prov + county
+            if head < 0.7 and city != prov:
+                return prov + PROVINCE_SUFFIX.get(prov, "省") + city + "市" + county
+            if head < 0.85 and city != prov:
+                return city + county
+            return county if county[-1] in "县市旗镇" else prov + county
         style = r.random()
         if city == prov:
             district = prov in ("北京", "上海", "天津", "重庆") and style > 0.8
@@ -1296,9 +1314,72 @@ class CorpusGenerator:
         text = head + ("，".join(parts) + "，" if parts else "，") + works
         return Record(text + "。", triples + credits)
 
+    def _pronoun_credits(self) -> Record:
+        """A person named first, then a work's credits by 他/她: 周杰伦2007年的专辑《我很忙》里有一首
+        《青花瓷》，这首歌由他演唱并谱曲，作词是方文山. Only the album of the intro is stated there."""
+        r = self.rng
+        kind = r.choice(("song", "song", "film", "book"))
+        person = self.person()
+        work = self.title(kind)
+        if work == person.name:
+            return self._single_record()
+        taken = {person.name, work}
+        intro = r.choice(PRONOUN_INTROS[kind])
+        triples: list[tuple[str, str, str]] = []
+        album = ""
+        if "{a}" in intro:
+            albums = self._objects("所属专辑", work, 1, taken)
+            if not albums:
+                return self._single_record()
+            album = albums[0]
+            taken.add(album)
+            triples.append((work, "所属专辑", album))
+        roles = PRONOUN_ROLES[kind]
+        mine = r.sample(sorted(roles), r.randint(1, min(2, len(roles))))
+        if album and "歌手" not in mine:  # 他的专辑里的歌: he sings it
+            mine[0] = "歌手"
+        verbs = [roles[x][0] for x in mine]
+        nouns = [roles[x][1] for x in mine]
+        hands = {("作词",): "歌词", ("作曲",): "曲子", ("作曲", "作词"): "词曲"}
+        hand = hands.get(tuple(sorted(mine)), "")
+        template = r.choice(
+            [
+                t
+                for t in PRONOUN_CREDITS
+                if (hand or "{hand}" not in t) and (len(mine) == 1 or "亲自" not in t)
+            ]
+        )
+        pronoun = r.choice(WORK_PRONOUNS[kind])
+        needs_work = "{w}的" in template or "了{w}" in template
+        text = self._fill(
+            intro,
+            {"p": person.name, "w": work, "a": album, "year": str(r.randint(1980, 2023))},
+        )
+        credit = self._fill(
+            template if len(mine) > 1 else template.replace("都", ""),
+            {
+                "w": pronoun if needs_work or r.random() < 0.6 else "",
+                "vs": "并".join(verbs),
+                "ns": "和".join(nouns),
+                "hand": hand,
+                "他": person.pronoun,
+            },
+        )
+        triples.extend((work, x, person.name) for x in mine)
+        text += "，" + credit
+        others = [x for x in roles if x not in mine]
+        if others and r.random() < 0.6:  # 歌词则出自方文山: another role, by name
+            role = r.choice(others)
+            names = self._objects(role, work, 1, taken)
+            if names:
+                text += "，" + r.choice(CREDITS[role][1]).format(os=names[0])
+                triples.append((work, role, names[0]))
+        return Record(text + "。", triples)
+
     def _everyday(self) -> Record:
         shapes: tuple[tuple[float, Callable[[], Record]], ...] = (
-            (0.17, self._credits),
+            (0.13, self._credits),
+            (0.05, self._pronoun_credits),
             (0.08, self._parallel),
             (0.08, self._shared),
             (0.07, self._respectively),
@@ -1308,7 +1389,7 @@ class CorpusGenerator:
             (0.05, self._founded),
             (0.06, self._fields),
             (0.10, self._correction),
-            (0.11, self._object_facts),
+            (0.10, self._object_facts),
         )
         x = self.rng.random()
         for share, shape in shapes:

@@ -64,6 +64,7 @@ def test_corpus_everyday_every_predicate_has_a_passive_or_by_form() -> None:
         "_fields",
         "_object_facts",
         "_person_works",
+        "_pronoun_credits",
     ],
 )
 def test_corpus_everyday_shapes_spans_are_exact(shape: str) -> None:
@@ -362,3 +363,37 @@ def test_corpus_everyday_one_birth_and_founding_date_per_subject() -> None:
             (s, p) for s, p, _ in rec.triples if p in ("出生日期", "出生地", "成立日期", "民族")
         ]
         assert len(pairs) == len(set(pairs)), rec.text
+
+
+def test_corpus_everyday_credits_by_pronoun_name_the_person_first() -> None:
+    """周杰伦的专辑《我很忙》里有一首《青花瓷》，这首歌由他演唱并谱曲: the person of 他/她 is named before
+    the pronoun, with the pronoun of their gender, and is the only person credited by it."""
+    gen = CorpusGenerator(seed=3)
+    recs = [gen._pronoun_credits() for _ in range(300)]
+    checked = 0
+    for rec in recs:
+        credited = [(w, p, o) for w, p, o in rec.triples if p != "所属专辑"]
+        if not credited:
+            continue
+        person = credited[0][2]
+        pronoun = next(c for c in rec.text[rec.text.index("》") :] if c in "他她")
+        assert rec.text.index(person) < rec.text.index(pronoun, rec.text.index("》")), rec.text
+        assert pronoun == ("他" if gen.genders[person] else "她"), rec.text
+        checked += 1
+    assert checked > 250
+    assert sum("由他" in r.text or "由她" in r.text for r in recs) > 10
+    assert any("所属专辑" in [p for _, p, _ in r.triples] for r in recs)
+
+
+def test_corpus_everyday_places_include_counties_no_list_holds() -> None:
+    """湖北仙桃, 安徽无为: county and town names composed of any common characters, after a
+    province or a city, so a place is read from where it stands, not from a list."""
+    from training.wordlists import PROVINCE_CITIES
+
+    gen = CorpusGenerator(seed=8)
+    places = [gen.place() for _ in range(2000)]
+    known = {c for cities in PROVINCE_CITIES.values() for c in cities}
+    composed = [p for p in places if not any(p.endswith(c) or p.endswith(c + "市") for c in known)]
+    assert 0.1 * len(places) < len(composed) < 0.4 * len(places)
+    assert any(p.endswith("旗") and p.startswith("内蒙古") for p in places)
+    assert not any(p.endswith("旗") and not p.startswith("内蒙古") for p in places)
