@@ -18,13 +18,13 @@ NER demo model::
 The schema lives in ``training.schema`` (what training needs, without Faker), the templates and word
 lists in ``training.wordlists``; this module is the generator.
 
-Sentence shapes, mixed at random (shares of records, ``CorpusGenerator._body``): one fact (18%);
+Sentence shapes, mixed at random (shares of records, ``CorpusGenerator._body``): one fact (13%);
 several facts about one subject, the subject elided (``，妻子是B``) or replaced by a pronoun after its
-first mention (15%); a fact about a work or a company followed by facts about the person it names, an
-entity that is object of one triple and subject of the next (11%); biography headers (``张三，男，汉族，
-1962年5月生，山东济南人``, 6%); two statements in one text (7%); sentences that name people, places
+first mention (12%); a fact about a work or a company followed by facts about the person it names, an
+entity that is object of one triple and subject of the next (9%); biography headers (``张三，男，汉族，
+1962年5月生，山东济南人``, 5%); two statements in one text (7%); sentences that name people, places
 and works but state no relation at all (10%), some of them near misses (``岳父``, ``在X任教``,
-``制片人``); and the everyday shapes of issue 23 (33%): the credits of one work in one sentence
+``制片人``); and the everyday shapes of issue 23 (44%): the credits of one work in one sentence
 (``《S》由A执导，B、C主演``, ``《S》的导演是A，主演B和C``, ``A执导、B主演的《S》``, ``由A作词作曲``), the
 same predicate twice (``A的首都是B，C的首都是D``), several subjects sharing an object (``《A》和《B》都是
 X写的``, titles also side by side: ``《A》《B》``), subjects and objects paired by 分别, appositions and
@@ -66,6 +66,8 @@ from faker import Faker
 
 from training.schema import PREDICATES, SCHEMA, SPOUSE_INVERSE, triple_entities
 from training.wordlists import (
+    ADAPTED_FROM,
+    ADAPTED_SAME,
     ALBUM_EXTRA,
     ASIDES,
     BOOK_TYPES,
@@ -99,6 +101,7 @@ from training.wordlists import (
     FOREIGN_FIRST_M,
     FOREIGN_LAST,
     FOUNDED,
+    FOUNDER_NOUNS,
     INDUSTRIES,
     KIN_MALE,
     KIN_SUBJECTS,
@@ -109,6 +112,7 @@ from training.wordlists import (
     NEGATIVES,
     OBJECT_LEADS,
     OCCUPATIONS,
+    OFF_SCHEMA_CREDITS,
     OPENERS,
     PARENTS,
     PERSON_IS,
@@ -850,6 +854,13 @@ class CorpusGenerator:
         if "所属专辑" in chosen:  # the album comes last: 由A作词、B作曲，收录于专辑《X》
             chosen.remove("所属专辑")
             chosen.append("所属专辑")
+        off_schema = ""
+        if form == 1 and r.random() < 0.3:  # 《S》的出品人是A，导演B: a role beside the schema's
+            other = self.person().name
+            if other not in taken:
+                taken.add(other)
+                self._mentions.append((other, "人物"))
+                off_schema = r.choice(OFF_SCHEMA_CREDITS[topic]).format(o=other)
         for predicate in chosen:
             phrasings = CREDITS[predicate][form]
             if form == 1 and not segments:
@@ -870,6 +881,10 @@ class CorpusGenerator:
         album = segments.pop() if segments[-1].startswith("收录") else ""
         if not segments:  # only the album was left (its credits could not be drawn)
             return self._single_record()
+        if off_schema:
+            segments.insert(r.randrange(len(segments) + 1), off_schema)
+            if not any("是" in x or "为" in x for x in segments[:1]):
+                segments.insert(0, segments.pop(segments.index(off_schema)))
         if form == 0:
             sep = "，" if listed or topic != "song" else r.choice(("，", "、"))
             rest = [s if r.random() < 0.7 else "由" + s for s in segments[1:]]
@@ -880,9 +895,20 @@ class CorpusGenerator:
             text = title + "由" + "，".join(segments)
         else:
             sep = "，" if listed else "、"
-            text = sep.join(segments) + "的" + title + r.choice(CONTINUATIONS["影视作品"])
+            lead = "由" if r.random() < 0.25 else ""  # 由王小帅执导、王景春和咏梅主演的《地久天长》
+            text = lead + sep.join(segments) + "的" + title + r.choice(CONTINUATIONS["影视作品"])
         if album:
             text += "，" + album
+        if topic == "film" and r.random() < 0.25:
+            author = self.person().name
+            if author not in taken:
+                novel = self.title("book")
+                if novel not in taken and r.random() < 0.6:
+                    text += "，" + r.choice(ADAPTED_FROM).format(a=author, b=novel)
+                    triples.append((novel, "作者", author))
+                else:
+                    text += "，" + r.choice(ADAPTED_SAME).format(a=author)
+                    self._mentions.append((author, "人物"))
         return Record(text + "。", triples)
 
     def _single_record(self) -> Record:
@@ -1201,7 +1227,13 @@ class CorpusGenerator:
         lead = r.choice(OBJECT_LEADS)
         if predicate == "首都":
             capital = dict(COUNTRY_CAPITALS)[subject]
-            tail = self._fill(r.choice(CAPITAL_TAILS), {"n": str(r.randint(2, 5))})
+            words = ["".join(r.choice(self.wide) for _ in range(r.randint(2, 4))) for _ in "xy"]
+            city, template = self.city(), r.choice(CAPITAL_TAILS)
+            if "{c}" in template:
+                self._mentions.append((city, "地点"))
+            tail = self._fill(
+                template, {"n": str(r.randint(2, 5)), "c": city, "x": words[0], "y": words[1]}
+            )
             text = self._fill(lead, {"s": rendered, "r": "首都", "o": capital}) + tail
             return Record(text + "。", [(subject, "首都", capital)])
         name, person = self._object(predicate, subject_person, subject)
@@ -1264,23 +1296,25 @@ class CorpusGenerator:
         r = self.rng
         role = r.choice(sorted(PERSON_WORKS))
         kind = {"作者": "book", "导演": "film", "主演": "film", "编剧": "film"}.get(role, "song")
+        if role == "创始人":  # 刘强东出生于江苏宿迁，...，他在深圳创办了京东
+            kind = "company"
         person = self.person()
         titles: list[str] = []
         count = r.choice((1, 2, 2, 3))
         for _ in range(10):
             if len(titles) == count:
                 break
-            t = self.title(kind)
+            t = self.company() if kind == "company" else self.title(kind)
             if t not in titles and t != person.name:
                 titles.append(t)
         head = person.name
         if r.random() < 0.4:
-            head = r.choice(CREDIT_NOUNS[role]) + head
+            head = r.choice(CREDIT_NOUNS.get(role, FOUNDER_NOUNS)) + head
         parts: list[str] = []
         triples: list[tuple[str, str, str]] = []
         taken = {person.name, *titles}
         works = self._fill(
-            r.choice(PERSON_WORKS[role]),
+            r.choice(PERSON_WORKS[role]).replace("都", "" if len(titles) == 1 else "都"),
             {"ts": self._titles(role, titles), "他": person.pronoun},
         )
         credits = [(t, role, person.name) for t in titles]
@@ -1433,16 +1467,16 @@ class CorpusGenerator:
         x = r.random()
         if x < 0.10:
             return self._negative()
-        if x < 0.28:
+        if x < 0.23:
             return self._single_record()
-        if x < 0.43:
+        if x < 0.35:
             text, triples, _ = self._chain(
                 r.choice(("person", "person", "book", "film", "song", "company"))
             )
             return Record(text, triples)
-        if x < 0.54:
+        if x < 0.44:
             return self._hop()
-        if x < 0.60:
+        if x < 0.49:
             return self._bio_header()
         if x < 0.93 or not allow_compound:
             return self._everyday()

@@ -126,6 +126,9 @@ TEMPLATES: dict[str, list[str]] = {
         "{s}和{o}于{year}年完婚",
         "{s}的妻子是{occ}{o}",
         "{s}与{o}是夫妻",
+        "{s}的夫人{o}{~}",
+        "{s}和夫人{o}{~}",
+        "{s}的夫人是{o}",
     ],
     "丈夫": [
         "{s}的丈夫是{o}",
@@ -220,6 +223,11 @@ TEMPLATES: dict[str, list[str]] = {
         "{os}的《{s}》{~}",
         "《{s}》是{os}写的一部{btype}",
         "《{s}》是{os}的作品",
+        "《{s}》是{os}的第一部{btype}",
+        "《{s}》是{os}晚年写的{btype}",
+        "《{s}》是{os}早年的一部{btype}",
+        "《{s}》是{os}最有名的{btype}",
+        "《{s}》是{os}花了{n}年写成的{btype}",
     ],
     "出版社": [
         "《{s}》由{o}出版",
@@ -1652,6 +1660,8 @@ CREDIT_NOUNS: dict[str, tuple[str, ...]] = {
     "编剧": ("编剧", "知名编剧"),
     "主演": ("演员", "影星"),
 }
+# What a founder is called before the name (企业家雷军).
+FOUNDER_NOUNS = ("企业家", "商人")
 
 # Both parents in one sentence: {f} the father, {m} the mother, {s} the child.
 PARENTS = (
@@ -1962,6 +1972,13 @@ CAPITAL_TAILS = (
     "有很多博物馆",
     "夏天特别热",
     "我还没去过",
+    # Any words may follow: the capital ends where the name ends.
+    "的{x}我去过{n}次",
+    "的{x}比{c}的更有名",
+    "以前叫{x}",
+    "的{x}{y}",
+    "{x}{y}",
+    "离{c}不远",
 )
 # A person's works after the person: {ts} titles, {他} the pronoun; per predicate of the works.
 PERSON_WORKS: dict[str, tuple[str, ...]] = {
@@ -1972,7 +1989,24 @@ PERSON_WORKS: dict[str, tuple[str, ...]] = {
     "作词": ("{ts}的词都是{他}写的", "{他}为{ts}填过词", "{ts}的歌词出自{他}之手"),
     "作曲": ("{ts}都是{他}作曲的", "{他}为{ts}谱过曲", "{ts}的曲子出自{他}之手"),
     "编剧": ("{ts}的剧本都是{他}写的", "{他}是{ts}的编剧", "{他}担任过{ts}的编剧"),
+    "创始人": (
+        "{他}创办了{ts}",
+        "{他}后来一手创立了{ts}",
+        "{ts}都是{他}创办的",
+        "{ts}的创始人就是{他}",
+    ),
 }
+# Roles beside the schema's in a list of credits ({o} a person; no fact): 《S》的出品人是A，导演B.
+OFF_SCHEMA_CREDITS: dict[str, tuple[str, ...]] = {
+    "film": ("制片人是{o}", "出品人是{o}", "总制片人{o}", "摄影指导是{o}", "剪辑{o}", "监制为{o}"),
+    "song": ("编曲是{o}", "和声由{o}完成", "制作人是{o}", "MV导演是{o}", "混音{o}"),
+    "book": ("译者是{o}", "责任编辑{o}", "插画由{o}绘制"),
+}
+# A film adapted from a novel ({a} its author, {b} the novel): the novel's author is a fact only
+# where the novel is named (改编自张翎的小说《余震》), not for 同名小说 (the film's 作者 is no predicate).
+ADAPTED_FROM = ("改编自{a}的小说《{b}》", "原著是{a}的小说《{b}》", "根据{a}的长篇小说《{b}》改编")
+ADAPTED_SAME = ("改编自{a}的同名小说", "原著是{a}的同名小说", "根据{a}的同名小说改编")
+
 # A person named first, then credits that refer to them by 他/她 (周杰伦的专辑《我很忙》里有一首《青花瓷》，
 # 这首歌由他演唱并谱曲): intros ({p} the person, {w} the work, {a} an album; only {a} states a fact,
 # 所属专辑), then per role its verb and its noun.
@@ -2009,7 +2043,7 @@ PRONOUN_CREDITS = (
 # Adverbs between a subject and its verb (北京大学则创办于1898年, 吴彦祖其实是美国国籍).
 SUBJECT_ADVERBS = (
     *("则", "也", "其实", "如今", "一直", "早年", "当年", "后来", "确实", "本人", "就", "却"),
-    *("还", "又", "都"),
+    *("还", "又", "都", "至今", "仍", "现在", "曾", "目前", "当时"),
 )
 # Near misses: a relation beside one of the schema (岳父 is not 父亲, 任教 is not 毕业).
 NEAR_MISSES: tuple[str, ...] = (

@@ -305,14 +305,19 @@ def test_corpus_everyday_facts_about_a_relations_object() -> None:
 
 
 def test_corpus_everyday_a_persons_works_after_the_person() -> None:
-    """歌手腾格尔是蒙古族，代表作有《天堂》《蒙古人》: every work is credited to the person named
-    first, and titles sometimes stand side by side without a separator."""
+    """歌手腾格尔是蒙古族，代表作有《天堂》《蒙古人》; 刘强东...，他创办了京东: every work (or company)
+    is credited to the person named first, and titles sometimes stand side by side without a
+    separator."""
     recs = _shape("_person_works", 300)
     for rec in recs:
-        credits = [t for t in rec.triples if t[1] not in ("出生地", "出生日期", "毕业院校")]
-        people = {o for _, p, o in credits if p not in ("民族", "祖籍", "国籍")}
-        assert len(people) == 1 and rec.text.find(people.pop()) < rec.text.find("《"), rec.text
+        side = ("出生地", "出生日期", "毕业院校", "民族", "祖籍", "国籍")
+        credits = [t for t in rec.triples if t[1] not in side]
+        people = {o for _, _, o in credits}
+        assert len(people) == 1, rec.text
+        person = people.pop()
+        assert all(rec.text.find(person) < rec.text.find(w) for w, _, _ in credits), rec.text
     assert any("》《" in r.text for r in recs)
+    assert any(p == "创始人" for r in recs for _, p, _ in r.triples)
 
 
 def test_corpus_everyday_near_misses_state_nothing(records: list[Record]) -> None:
@@ -397,3 +402,24 @@ def test_corpus_everyday_places_include_counties_no_list_holds() -> None:
     assert 0.1 * len(places) < len(composed) < 0.4 * len(places)
     assert any(p.endswith("旗") and p.startswith("内蒙古") for p in places)
     assert not any(p.endswith("旗") and not p.startswith("内蒙古") for p in places)
+
+
+def test_corpus_everyday_credits_beside_the_schema_state_nothing() -> None:
+    """《S》的出品人是A，导演B: a role beside the schema's names a person but credits nobody; a film
+    改编自X的小说《Y》 gives Y's author, 改编自X的同名小说 gives nothing."""
+    recs = _shape("_credits", 1500, seed=5)
+    off = [r for r in recs if "出品人是" in r.text or "制片人是" in r.text or "编曲是" in r.text]
+    assert off
+    for rec in off:
+        for role in ("出品人是", "制片人是", "编曲是"):
+            if role in rec.text:
+                after = rec.text.split(role, 1)[1]
+                assert not any(after.startswith(o) for _, _, o in rec.triples), rec.text
+    novels = [r for r in recs if "的小说《" in r.text]
+    same = [r for r in recs if "同名小说" in r.text]
+    assert novels and same
+    for rec in novels:
+        novel = rec.text.split("的小说《", 1)[1].split("》", 1)[0]
+        assert any(s == novel and p == "作者" for s, p, _ in rec.triples), rec.text
+    for rec in same:  # a film's credits have no 作者 of their own
+        assert not any(p == "作者" for _, p, _ in rec.triples), rec.text
