@@ -423,3 +423,11 @@ def test_corpus_everyday_credits_beside_the_schema_state_nothing() -> None:
         assert any(s == novel and p == "作者" for s, p, _ in rec.triples), rec.text
     for rec in same:  # a film's credits have no 作者 of their own
         assert not any(p == "作者" for _, p, _ in rec.triples), rec.text
+
+
+def test_corpus_everyday_every_ethnicity_is_drawn() -> None:
+    """All 56 of China's ethnic groups (门巴族, 乌孜别克族, not only the largest), 汉族 most often."""
+    gen = CorpusGenerator(seed=4)
+    drawn = [gen.ethnicity() for _ in range(6000)]
+    assert len(set(drawn)) == 56
+    assert max(set(drawn), key=drawn.count) == "汉族"
