@@ -54,7 +54,8 @@ class TrainConfig:
     """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety
     net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder). ``task``:
     ``triples`` (GPLinker) or ``entities`` (typed GlobalPointer NER); ``name`` ``None`` is ``demo``
-    or ``ner`` by task."""
+    or ``ner`` by task; ``threshold`` is the score threshold written to ``model.json`` (the decoder
+    keeps what scores above it)."""
 
     train_path: Path
     out_dir: Path
@@ -72,4 +73,5 @@ class TrainConfig:
     task: str = "triples"
     name: str | None = None
     version: str = "1"
+    threshold: float = 0.0
     bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))

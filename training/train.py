@@ -299,6 +299,7 @@ def train(config: TrainConfig) -> Path:
         vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,
+        threshold=config.threshold,
     )
     # The export replaces the directory; a hand-written README.md there survives retraining.
     readme = config.out_dir / "README.md"
@@ -330,6 +331,7 @@ def train(config: TrainConfig) -> Path:
                 "learning_rate": config.learning_rate,
                 "warmup_steps": config.warmup_steps,
                 "seed": config.seed,
+                "threshold": config.threshold,
                 "head_size": config.head_size,
                 "bert_config": bert_config,
             },

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,12 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
 
     write_corpus(out, count, seed, split)
     click.echo(f"{out}: {count} records (seed {seed}, {split} names)")
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 @click.command("train")
@@ -113,6 +120,15 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
     show_default=True,
     help="Encoder width (a multiple of its 4 attention heads; feed-forward 4x as wide).",
 )
+@click.option(
+    "--threshold",
+    type=float,
+    default=TrainConfig.threshold,
+    show_default=True,
+    callback=_finite,
+    help="Score threshold written to model.json: the decoder keeps what scores above it (below 0 "
+    "trades precision for recall; pick it on a tuning set with spo evaluate).",
+)
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
 def train_command(
     train_path: Path,
@@ -126,6 +142,7 @@ def train_command(
     dropout: float | None,
     max_minutes: float,
     hidden_size: int,
+    threshold: float,
     seed: int,
 ) -> None:
     """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out."""
@@ -151,6 +168,7 @@ def train_command(
             max_minutes=max_minutes,
             seed=seed,
             task=task,
+            threshold=threshold,
             bert_config=bert_config,
         )
     )
@@ -268,7 +286,14 @@ def evaluate_command(
 @click.option("--max-length", type=click.IntRange(min=3), default=256, show_default=True)
 @click.option("--name", default="custom", show_default=True)
 @click.option("--model-version", "version", default="1", show_default=True)
-@click.option("--threshold", type=float, default=0.0, show_default=True)
+@click.option(
+    "--threshold",
+    type=float,
+    default=0.0,
+    show_default=True,
+    callback=_finite,
+    help="Score threshold written to model.json: the decoder keeps what scores above it.",
+)
 @click.option("--cased", is_flag=True, help="The vocab is cased (no lower-casing).")
 @_choice("--mode", choices=("graph", "tf2"))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")

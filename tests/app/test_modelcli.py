@@ -150,3 +150,25 @@ def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "multiple of the 4 attention heads" in bad.output
     defaults = {p.name: p.default for p in main.commands["train"].params}
     assert defaults["hidden_size"] == training.config.DEMO_BERT_CONFIG["hidden_size"]
+
+
+def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
+    """--threshold is what the trained model.json will hold; a threshold that is no finite number
+    is a usage error before an hour of training, not a model that cannot load after it."""
+    import training.train
+
+    seen = {}
+    monkeypatch.setattr(training.train, "train", lambda config: seen.setdefault("c", config))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("{}\n", encoding="utf-8")
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
+                                   "--threshold", "-1.5"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert seen["c"].threshold == -1.5
+    for bad_value in ("nan", "inf", "-inf"):
+        bad = CliRunner().invoke(main, ["train", str(corpus), "--threshold", bad_value])
+        assert bad.exit_code == 2 and "not a finite number" in bad.output, bad.output
+        bad = CliRunner().invoke(main, ["export", "--bert-config", str(corpus), "--weights", "w",
+                                        "--schema", str(corpus), "--out", str(tmp_path / "x"),
+                                        "--threshold", bad_value])  # fmt: skip
+        assert bad.exit_code == 2 and "not a finite number" in bad.output, bad.output

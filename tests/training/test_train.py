@@ -108,18 +108,19 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
             batch_size=8,
             max_length=64,
             head_size=16,
+            # Six steps leave the model near random: at threshold 0 it would score every span
+            # pair, which decodes slowly. A huge threshold still runs the whole serving path,
+            # predicting nothing.
+            threshold=1e9,
             bert_config=dict(TINY_BERT_CONFIG),
         )
     )
     manifest = load_manifest(out)
     assert manifest.task == "triples" and len(manifest.predicates) == len(PREDICATES)
     assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
-    assert json.loads((out / "training.json").read_text())["steps"] >= 1
-    # Six steps leave the model near random: at threshold 0 it would score every span pair, which
-    # decodes slowly. A huge threshold still runs the whole serving path, predicting nothing.
-    doc = json.loads((out / "model.json").read_text(encoding="utf-8"))
-    doc["threshold"] = 1e9
-    (out / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    assert manifest.threshold == 1e9
+    trained = json.loads((out / "training.json").read_text())
+    assert trained["steps"] >= 1 and trained["threshold"] == 1e9
     scores, errors = evaluate(out, data)
     assert scores.records == 40 and scores.predicted == 0 and scores.gold > 0
     assert len(errors) == sum(1 for r in read_records(data) if r["triples"])
