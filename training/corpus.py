@@ -35,7 +35,10 @@ the right object is a fact (``《子夜》不是巴金写的，而是茅盾写�
 about a relation's object right after its noun (``冯小刚的妻子徐帆是湖北武汉人``, ``泰国首都曼谷的
 夜市``), a person's works after the person (``歌手腾格尔是蒙古族，代表作有《天堂》``), and a person named
 first with a work's credits by 他/她 after it (``A的专辑《X》里有一首《S》，这首歌由他演唱并谱曲``). Every
-predicate has its common verb variants and its 由/被 forms; a template's year is a fact where it states
+predicate has its common verb variants and its 由/被 forms; a fact may be followed by words of no
+list (``海明威的《老人与海》写的是...``) and a relation's object by what is said of that person outside the
+schema, in a chain too (``钱学森...，父亲钱均夫是教育家``, ``母亲央金是一位唐卡画师``): a fact ends where its
+name ends, whatever comes after; a template's year is a fact where it states
 one (``张三1962年生在济南``: the birth year too); an adverb may stand between a subject and its verb
 (``北京大学则创办于1898年``) and a brand may be quoted (``“小满茶饮”``); lists join with 、, 和, 与, 及,
 以及; titles appear with and without 《》; dates in their everyday forms (``1990年5月3日``, ``1990年``,
@@ -116,6 +119,7 @@ from training.wordlists import (
     OPENERS,
     PARENTS,
     PERSON_IS,
+    PERSON_REMARKS,
     PERSON_WORKS,
     PRONOUN_CREDITS,
     PRONOUN_INTROS,
@@ -136,6 +140,7 @@ from training.wordlists import (
     SIDE_FACTS,
     SONG_EXTRA,
     SUBJECT_ADVERBS,
+    TAIL_LEADS,
     TEMPLATES,
     TITLE_MODIFIERS,
     TITLE_NOUNS,
@@ -186,6 +191,13 @@ _OBJECT_FACT_PREDICATES = (
     *("作词", "作曲", "创始人", "董事长", "首都", "妻子", "丈夫", "作者", "创始人"),
 )
 # Predicates whose subject is a company (or a school): its name may be quoted.
+# Predicates whose object may follow the relation's noun in a chain of facts (父亲钱均夫).
+_NOUN_LEAD_PREDICATES = frozenset(
+    (
+        *("妻子", "丈夫", "父亲", "母亲", "作者", "导演", "主演"),
+        *("编剧", "歌手", "作词", "作曲", "创始人", "董事长"),
+    )
+)
 _COMPANY_PREDICATES = {p for p, s, _ in SCHEMA if s in ("企业", "机构")}
 
 # The entity type of each slot of the NEGATIVES templates.
@@ -560,6 +572,27 @@ class CorpusGenerator:
             return "、".join(names[:-1]) + "与" + names[-1]
         return "、".join(names[:-1]) + self.rng.choice(("及", "以及")) + names[-1]
 
+    def _words(self) -> str:
+        """Two to eight common characters of no template: words the model must not lean on."""
+        return "".join(self.rng.choice(self.wide) for _ in range(self.rng.randint(2, 8)))
+
+    def _tail(self) -> str:
+        """Any words after a fact (``写的是`` and words of no list): the fact ends where its name
+        ends, not where a known continuation begins."""
+        return self.rng.choice(TAIL_LEADS) + self._words()
+
+    def _remark(self) -> str:
+        """What a person named as an object is or does, no fact of the schema: 是一位唐卡画师, 曾任...,
+        在拉萨开了一家茶馆."""
+        r = self.rng
+        template = r.choice(PERSON_REMARKS)
+        city = self.city()
+        if "{city}" in template:
+            self._mentions.append((city, "地点"))
+        return self._fill(
+            template, {"occ": r.choice(OCCUPATIONS), "x": self._words(), "city": city}
+        )
+
     def clause(
         self,
         predicate: str,
@@ -583,6 +616,8 @@ class CorpusGenerator:
                     objects.append(name)
         values = self._decorations(subject_person)
         values["~"] = self.rng.choice(CONTINUATIONS[dict((p, t) for p, t, _ in SCHEMA)[predicate]])
+        if r.random() < 0.35:
+            values["~"] = self._tail()
         values["s"] = subject
         values["o"] = objects[0]
         values["os"] = self._join(objects)
@@ -711,7 +746,18 @@ class CorpusGenerator:
             if {t[:2] for t in c.triples} & {t[:2] for t in triples}:
                 continue  # 于1995年创立，成立于1983年: a year already stated by another clause
             seen_objects.update(t[2] for t in c.triples)
-            if i == 0 or not parts:
+            objects = [o for _, p, o in c.triples if p == predicate]
+            if (
+                parts
+                and predicate in _NOUN_LEAD_PREDICATES
+                and len(c.triples) == 1 + (predicate in SPOUSE_INVERSE)
+                and r.random() < 0.25
+            ):
+                # The relation's noun, its object and whatever is said of that person (no fact):
+                # 钱学森...，父亲钱均夫是教育家; 格力电器总部设在珠海，董事长董明珠常常....
+                nouns = [n for n in REL_NOUNS[predicate] if n not in ("男主角", "女主角")]
+                text = r.choice(nouns) + objects[0] + (self._remark() if r.random() < 0.7 else "")
+            elif i == 0 or not parts:
                 text = c.text
             elif c.elided is not None and r.random() < 0.7:
                 text = c.elided
@@ -1247,8 +1293,11 @@ class CorpusGenerator:
         if predicate in SPOUSE_INVERSE:
             triples.append((name, SPOUSE_INVERSE[predicate], subject))
         parts: list[str] = []
-        if r.random() < 0.3:
-            parts.append(r.choice(("是一名", "是一位", "本人是")) + r.choice(OCCUPATIONS))
+        if r.random() < 0.45:
+            parts.append(self._remark())
+            if r.random() < 0.5:
+                # Only the remark: 次仁卓玛的母亲央金是一位唐卡画师.
+                return Record(text + parts[0] + "。", triples)
         taken = {subject, name}
         facts = ("出生地", "出生日期", "毕业院校", "民族", "祖籍", "国籍", "父亲", "母亲", "born")
         for fact in r.sample(facts, r.choice((1, 1, 2))):

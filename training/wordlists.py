@@ -2063,6 +2063,33 @@ SUBJECT_ADVERBS = (
     *("则", "也", "其实", "如今", "一直", "早年", "当年", "后来", "确实", "本人", "就", "却"),
     *("还", "又", "都", "至今", "仍", "现在", "曾", "目前", "当时"),
 )
+# What may follow a fact's last name in words no template uses: a lead word and then any common
+# characters (``_tail`` in the generator), so a name ends where the name ends, whatever comes after:
+# 海明威的《老人与海》写的是..., 父亲林长民曾任..., 董事长董明珠常常....
+TAIL_LEADS = (
+    *("，", "，", "的", "是", "也是", "写的是", "讲的是", "里", "中", "被", "让", "在", "都"),
+    *("常常", "一直", "如今", "后来", "年轻时", "亲自", "本人", "凭它", "早年", "每天", "还"),
+)
+# A remark about a person named as an object, that states no fact of the schema: 父亲钱均夫是教育家,
+# 母亲央金是一位唐卡画师 ({occ} an occupation, {x} any common characters).
+PERSON_REMARKS = (
+    "是{occ}",
+    "是一位{occ}",
+    "是一名{occ}",
+    "是著名{occ}",
+    "也是一位{occ}",
+    "曾是一名{occ}",
+    "是个{occ}",
+    "曾任{x}",
+    "在{city}开了一家{x}",
+    "在{city}{x}",
+    "常常{x}",
+    "一直{x}",
+    "后来{x}",
+    "如今{x}",
+    "本人{x}",
+    "凭它{x}",
+)
 # Near misses: a relation beside one of the schema (岳父 is not 父亲, 任教 is not 毕业).
 NEAR_MISSES: tuple[str, ...] = (
     "{P}在{SCH}任教{n}年，学生遍布全国。",

@@ -8,7 +8,7 @@ import pytest
 
 from training.corpus import CorpusGenerator, Record, _level1_chars, _surname
 from training.schema import PREDICATES, SPOUSE_INVERSE
-from training.wordlists import NEAR_MISSES, REL_NOUNS, TEMPLATES
+from training.wordlists import CONTINUATIONS, NEAR_MISSES, REL_NOUNS, TAIL_LEADS, TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,8 @@ def test_corpus_everyday_lists_every_member_is_gold() -> None:
     """In 由A、B和C主演 every name of the list is an object, the first one included."""
     for rec in _shape("_credits", 400):
         for m in re.finditer(r"由([^，。由]+?)(?:等)?(?:领衔)?主演", rec.text):
+            if re.search("执导|导演|编剧", m.group(1)):
+                continue  # 由A编剧并执导、B与C主演: the list after A's roles
             names = re.split(r"、|和|与|以及|及", m.group(1))
             gold = {o for _, p, o in rec.triples if p == "主演"}
             assert set(names) == gold, (rec.text, names, gold)
@@ -431,3 +433,69 @@ def test_corpus_everyday_every_ethnicity_is_drawn() -> None:
     drawn = [gen.ethnicity() for _ in range(6000)]
     assert len(set(drawn)) == 56
     assert max(set(drawn), key=drawn.count) == "汉族"
+
+
+PERSON_OBJECTS = (
+    *("妻子", "丈夫", "父亲", "母亲", "作者"),
+    *("导演", "编剧", "歌手", "创始人", "董事长"),
+)
+
+
+def test_corpus_everyday_remarks_after_a_relations_object_state_nothing() -> None:
+    """母亲央金是一位唐卡画师: what is said of a relation's object, outside the schema, adds no triple;
+    the object ends where its name ends."""
+    remarks = [
+        r
+        for r in _shape("_object_facts", 400)
+        if r.triples[0][1] in PERSON_OBJECTS
+        and len(r.triples) == 1 + (r.triples[0][1] in SPOUSE_INVERSE)
+        and any(f"{noun}{r.triples[0][2]}" in r.text for noun in REL_NOUNS[r.triples[0][1]])
+    ]
+    assert len(remarks) > 40
+    for rec in remarks:
+        subject, predicate, obj = rec.triples[0]
+        after = rec.text.split(obj, 1)[1]
+        assert after not in ("", "。") and not after.startswith("，"), rec.text
+        if predicate in SPOUSE_INVERSE:
+            assert rec.triples[1] == (obj, SPOUSE_INVERSE[predicate], subject)
+
+
+def test_corpus_everyday_chains_name_an_object_by_its_noun() -> None:
+    """钱学森...，父亲钱均夫是教育家: a later fact of a chain as the relation's noun and its object
+    (subject left out), a remark about that person after it or none."""
+    gen = CorpusGenerator(seed=6)
+    led = remarked = 0
+    for _ in range(400):
+        text, triples, _ = gen._chain(gen.rng.choice(("person", "film", "song", "company")))
+        for subject, predicate, obj in triples:
+            if predicate not in REL_NOUNS or subject == obj:
+                continue
+            for noun in REL_NOUNS[predicate]:
+                for sep in ("，", "；"):
+                    if f"{sep}{noun}{obj}" in text:
+                        led += 1
+                        rest = text.split(f"{sep}{noun}{obj}", 1)[1]
+                        remarked += rest[:1] not in ("", "，", "；", "。")
+    assert led > 40
+    assert 0.4 * led < remarked < led
+
+
+def test_corpus_everyday_any_words_may_follow_a_fact() -> None:
+    """After 《S》 or a person, words of no list as often as the listed continuations: the model
+    learns where a fact ends, not which words follow it."""
+    gen = CorpusGenerator(seed=8)
+    listed = {t for tails in CONTINUATIONS.values() for t in tails}
+    template = "{o}的《{s}》{~}"
+    free = 0
+    for _ in range(300):
+        c = gen.clause("作者", gen.title("book"), template=template)
+        subject, _, obj = c.triples[0]
+        assert c.triples == [(subject, "作者", obj)]
+        tail = c.text.split(f"《{subject}》", 1)[1]
+        assert tail
+        if tail not in listed and not any(
+            tail == t.format(n=n) for t in listed for n in range(100)
+        ):
+            free += 1
+            assert any(tail.startswith(lead) for lead in TAIL_LEADS), tail
+    assert 0.2 * 300 < free < 0.5 * 300
