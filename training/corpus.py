@@ -190,14 +190,25 @@ _OBJECT_FACT_PREDICATES = (
     *("妻子", "丈夫", "父亲", "母亲", "作者", "导演", "主演", "编剧", "歌手"),
     *("作词", "作曲", "创始人", "董事长", "首都", "妻子", "丈夫", "作者", "创始人"),
 )
-# Predicates whose subject is a company (or a school): its name may be quoted.
 # Predicates whose object may follow the relation's noun in a chain of facts (父亲钱均夫).
 _NOUN_LEAD_PREDICATES = frozenset(
-    (
-        *("妻子", "丈夫", "父亲", "母亲", "作者", "导演", "主演"),
-        *("编剧", "歌手", "作词", "作曲", "创始人", "董事长"),
-    )
+    {
+        "妻子",
+        "丈夫",
+        "父亲",
+        "母亲",
+        "作者",
+        "导演",
+        "主演",
+        "编剧",
+        "歌手",
+        "作词",
+        "作曲",
+        "创始人",
+        "董事长",
+    }
 )
+# Predicates whose subject is a company (or a school): its name may be quoted.
 _COMPANY_PREDICATES = {p for p, s, _ in SCHEMA if s in ("企业", "机构")}
 
 # The entity type of each slot of the NEGATIVES templates.
@@ -746,7 +757,6 @@ class CorpusGenerator:
             if {t[:2] for t in c.triples} & {t[:2] for t in triples}:
                 continue  # 于1995年创立，成立于1983年: a year already stated by another clause
             seen_objects.update(t[2] for t in c.triples)
-            objects = [o for _, p, o in c.triples if p == predicate]
             if (
                 parts
                 and predicate in _NOUN_LEAD_PREDICATES
@@ -756,7 +766,8 @@ class CorpusGenerator:
                 # The relation's noun, its object and whatever is said of that person (no fact):
                 # 钱学森...，父亲钱均夫是教育家; 格力电器总部设在珠海，董事长董明珠常常....
                 nouns = [n for n in REL_NOUNS[predicate] if n not in ("男主角", "女主角")]
-                text = r.choice(nouns) + objects[0] + (self._remark() if r.random() < 0.7 else "")
+                obj = next(o for _, p, o in c.triples if p == predicate)
+                text = r.choice(nouns) + obj + (self._remark() if r.random() < 0.7 else "")
             elif i == 0 or not parts:
                 text = c.text
             elif c.elided is not None and r.random() < 0.7:
@@ -1558,7 +1569,7 @@ class CorpusGenerator:
             if r.random() < 0.12:
                 # A remark in words the templates never use (any common character), before, inside
                 # or after the facts: the model learns its cues, not the company they keep.
-                noise = "".join(r.choice(self.wide) for _ in range(r.randint(2, 8)))
+                noise = self._words()
                 commas = [i for i, c in enumerate(text) if c == "，"]
                 y = r.random()
                 if y < 0.35:

@@ -131,16 +131,23 @@ def test_modelcli_make_corpus_without_the_training_extra_names_it(tmp_path, monk
     assert "Traceback" not in result.output and not (tmp_path / "a.jsonl").exists()
 
 
-def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
-    """--hidden-size widens the encoder (feed-forward 4x); a width the heads cannot split is a
-    usage error, before anything is trained."""
-    import training.config
+def _captured_train(tmp_path, monkeypatch):
+    """``spo train`` with training replaced by a recorder: (what it was given, a corpus path)."""
     import training.train
 
     seen = {}
     monkeypatch.setattr(training.train, "train", lambda config: seen.setdefault("c", config))
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("{}\n", encoding="utf-8")
+    return seen, corpus
+
+
+def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
+    """--hidden-size widens the encoder (feed-forward 4x); a width the heads cannot split is a
+    usage error, before anything is trained."""
+    import training.config
+
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
     ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
                                    "--hidden-size", "160"])  # fmt: skip
     assert ok.exit_code == 0, ok.output
@@ -155,12 +162,7 @@ def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
 def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
     """--threshold is what the trained model.json will hold; a threshold that is no finite number
     is a usage error before an hour of training, not a model that cannot load after it."""
-    import training.train
-
-    seen = {}
-    monkeypatch.setattr(training.train, "train", lambda config: seen.setdefault("c", config))
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text("{}\n", encoding="utf-8")
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
     ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
                                    "--threshold", "-1.5"])  # fmt: skip
     assert ok.exit_code == 0, ok.output
