@@ -17,6 +17,11 @@ FloatArray = npt.NDArray[np.floating]
 
 SUBJECT, OBJECT = 0, 1
 
+# How a (subject, object) pair is linked by a predicate (``model.json``'s ``link_rule``): ``both``
+# (bert4keras's GPLinker example: head-head and tail-tail each above the threshold) or ``mean`` (their
+# mean above it: a sure link at one end carries a doubtful one at the other).
+LINK_RULES = ("both", "mean")
+
 
 @dataclass(frozen=True, order=True)
 class TokenTriple:
@@ -61,10 +66,20 @@ def decode_triples(
     tail_logits: FloatArray,
     n_tokens: int,
     threshold: float,
+    link_rule: str = "both",
 ) -> list[TokenTriple]:
-    """GPLinker: subjects and objects from the entity matrix; a (subject, object) pair gets predicate
-    ``p`` when ``p`` scores above ``threshold`` both at (subject head, object head) in the head-head
-    matrix and at (subject tail, object tail) in the tail-tail matrix."""
+    """GPLinker: subjects and objects from the entity matrix (spans above ``threshold``); a (subject,
+    object) pair gets predicate ``p`` by its scores at (subject head, object head) in the head-head
+    matrix and at (subject tail, object tail) in the tail-tail matrix: with ``link_rule`` ``both``,
+    when each is above ``threshold``; with ``mean``, when their mean is.
+
+    >>> e = np.full((2, 4, 4), -9.0); e[0, 1, 1] = e[1, 2, 2] = 5.0
+    >>> h = np.full((1, 4, 4), 3.0); t = np.full((1, 4, 4), -1.0)
+    >>> decode_triples(e, h, t, 2, 0.0), decode_triples(e, h, t, 2, 0.0, "mean")
+    ([], [TokenTriple(subject=(1, 1), predicate=0, object=(2, 2))])
+    """
+    if link_rule not in LINK_RULES:
+        raise ValueError(f"link_rule must be one of {', '.join(LINK_RULES)}, got {link_rule!r}")
     if entity_logits.shape[0] != 2:
         raise ValueError(
             f"the entity matrix needs 2 heads (subject, object), got {entity_logits.shape}"
@@ -82,9 +97,10 @@ def decode_triples(
     if not len(subjects) or not len(objects):
         return []
     # (P, S, O): predicate scores for every subject/object pair, from both matrices.
-    hh = head_logits[:, subjects[:, 0][:, None], objects[:, 0][None, :]] > threshold
-    tt = tail_logits[:, subjects[:, 1][:, None], objects[:, 1][None, :]] > threshold
-    ps, si, oi = np.nonzero(hh & tt)
+    hh = head_logits[:, subjects[:, 0][:, None], objects[:, 0][None, :]]
+    tt = tail_logits[:, subjects[:, 1][:, None], objects[:, 1][None, :]]
+    linked = (hh > threshold) & (tt > threshold) if link_rule == "both" else hh + tt > 2 * threshold
+    ps, si, oi = np.nonzero(linked)
     return sorted(
         TokenTriple(
             (int(subjects[s, 0]), int(subjects[s, 1])),

@@ -14,6 +14,7 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "inputs": {"token_ids": "Input-Token:0", "segment_ids": "Input-Segment:0"},   # optional
       "outputs": ["entity:0", "head:0", "tail:0"],                                 # optional
       "threshold": 0.0,
+      "link_rule": "both",                     # triples only; or "mean" (nlp.decoding.LINK_RULES)
       "length_buckets": [16, 24, 32, 48, 64, 96, 128, 192, 256],
       "batch_buckets": [1, 2, 4, 8, 16, 32],
       "single_row_length_step": 8,               # optional; null = one-row batches use length_buckets
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp.config import DEMO_VOCAB
+from nlp.decoding import LINK_RULES
 from nlp.errors import ManifestError, UnsupportedPrecision
 from nlp.tasks import TASK_NAMES, PredicateSchema, Task, task_named
 
@@ -123,6 +125,7 @@ class Manifest:
     threshold: float
     length_buckets: tuple[int, ...]
     batch_buckets: tuple[int, ...]
+    link_rule: str = "both"
     single_row_length_step: int | None = DEFAULT_SINGLE_ROW_LENGTH_STEP
     engine_spec: EngineSpec | None = None
     precision: str = "fp32"
@@ -165,6 +168,7 @@ class Manifest:
             "task": self.task,
             "max_length": self.max_length,
             "threshold": self.threshold,
+            **({"link_rule": self.link_rule} if self.task is Task.TRIPLES else {}),
             "length_buckets": list(self.length_buckets),
             "batch_buckets": list(self.batch_buckets),
             "single_row_length_step": self.single_row_length_step,
@@ -197,11 +201,13 @@ def manifest_document(
     inputs: dict[str, str] | None = None,
     outputs: list[str] | None = None,
     threshold: float = 0.0,
+    link_rule: str = "both",
     length_buckets: list[int] | None = None,
     batch_buckets: list[int] | None = None,
 ) -> dict[str, Any]:
     """Build a ``model.json`` document (what ``spo export`` and training write); of ``predicates``
-    and ``entity_types``, the one the task lists its labels in is written."""
+    and ``entity_types``, the one the task lists its labels in is written, and ``link_rule`` for
+    a triples model only."""
     kind = task_named(task)
     doc: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
@@ -219,6 +225,8 @@ def manifest_document(
     if outputs is not None:
         doc["outputs"] = outputs
     doc["threshold"] = threshold
+    if kind is Task.TRIPLES:
+        doc["link_rule"] = link_rule
     doc["length_buckets"] = length_buckets or [
         b for b in DEFAULT_LENGTH_BUCKETS if b < max_length
     ] + [max_length]
@@ -411,9 +419,8 @@ class ManifestField:
         """How README says whether it is needed: ``required``, ``required for ...`` or its default."""
         if self.required:
             return f"required {self.when_doc}".strip()
-        if self.default_doc:
-            return f"default {self.default_doc}"
-        return f"default `{json.dumps(self.default, ensure_ascii=False)}`"
+        default = self.default_doc or f"`{json.dumps(self.default, ensure_ascii=False)}`"
+        return f"default {default} {self.when_doc}".strip()
 
 
 def _format_version(raw: Any, reading: _Reading) -> int:
@@ -488,6 +495,12 @@ def _threshold(raw: float, reading: _Reading) -> float:
     return float(raw)
 
 
+def _link_rule(raw: str, reading: _Reading) -> str:
+    if raw not in LINK_RULES:
+        raise _fail("link_rule", f"expected one of {', '.join(LINK_RULES)}, got {raw!r}")
+    return raw
+
+
 def _length_buckets(raw: list[Any], reading: _Reading) -> tuple[int, ...]:
     return _buckets(raw, "length_buckets", reading.values["max_length"])
 
@@ -549,6 +562,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("inputs", dict, '`{"token_ids", "segment_ids"}` tensor names; when absent, from the `serving_default` signature', _inputs, null="absent", attrs=("input_names",)),
     ManifestField("outputs", list, "tensor names in role order (triples: entity, head, tail; entities: one); when absent, from the `serving_default` signature", _outputs, null="absent", attrs=("output_names",)),
     ManifestField("threshold", (int, float), "score threshold", _threshold, default=0.0, default_doc="`0`"),
+    ManifestField("link_rule", str, "how a predicate links a subject and an object: `both` (bert4keras's GPLinker: the head-head and the tail-tail score each above the threshold) or `mean` (their mean above it)", _link_rule, default="both", when=lambda values: values["task"] is Task.TRIPLES, when_doc="for task `triples`"),
     ManifestField("length_buckets", list, "the fixed input lengths, strictly increasing, the first at least 3, the last `max_length` (chosen by measurement, see BENCHMARKS.md)", _length_buckets, default_of=_default_length_buckets, default_doc=f"`{list(DEFAULT_LENGTH_BUCKETS)}` capped by `max_length`, then `max_length`", null="absent"),
     ManifestField("batch_buckets", list, "the fixed batch sizes (rows), strictly increasing", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
     ManifestField("single_row_length_step", int, "one-row batches (a single short text) pad only to the next multiple of this many tokens (1 to `max_length`), each such shape warmed too; `null`: use `length_buckets`", _single_row_length_step, default=DEFAULT_SINGLE_ROW_LENGTH_STEP, null="kept"),

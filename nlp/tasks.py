@@ -38,13 +38,16 @@ class PredicateSchema:
 
 
 class Labelled(Protocol):
-    """Where a task finds its labels (an ``nlp.manifest.Manifest``)."""
+    """Where a task finds its labels and its decoding rule (an ``nlp.manifest.Manifest``)."""
 
     @property
     def predicates(self) -> tuple[PredicateSchema, ...]: ...
 
     @property
     def entity_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def link_rule(self) -> str: ...
 
 
 # The character span of window tokens ``head..tail`` (row positions, ``[CLS]`` = 0).
@@ -76,7 +79,8 @@ def _decode_triples(
         return made[key]
 
     triples = []
-    for t in decode_triples(outputs[0], outputs[1], outputs[2], n_tokens, threshold):
+    matrices = outputs[0], outputs[1], outputs[2]
+    for t in decode_triples(*matrices, n_tokens, threshold, model.link_rule):
         schema = model.predicates[t.predicate]
         subject = entity(t.subject, schema.subject_type)
         obj = entity(t.object, schema.object_type)

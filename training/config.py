@@ -55,7 +55,7 @@ class TrainConfig:
     net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder). ``task``:
     ``triples`` (GPLinker) or ``entities`` (typed GlobalPointer NER); ``name`` ``None`` is ``demo``
     or ``ner`` by task; ``threshold`` is the score threshold written to ``model.json`` (the decoder
-    keeps what scores above it)."""
+    keeps what scores above it), with ``link_rule`` for a triples model (``nlp.decoding.LINK_RULES``)."""
 
     train_path: Path
     out_dir: Path
@@ -74,4 +74,5 @@ class TrainConfig:
     name: str | None = None
     version: str = "1"
     threshold: float = 0.0
+    link_rule: str = "both"
     bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))

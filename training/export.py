@@ -167,6 +167,7 @@ def export_user_model(
     name: str = "custom",
     version: str = "1",
     threshold: float = 0.0,
+    link_rule: str = "both",
     do_lower_case: bool = True,
     mode: str = "graph",
     force: bool = False,
@@ -183,6 +184,8 @@ def export_user_model(
 
     config = json.loads(Path(bert_config_path).read_text(encoding="utf-8"))
     task, items = read_schema(schema_path)
+    if task is not Task.TRIPLES and link_rule != "both":
+        raise ValueError(f"{schema_path}: a link rule is a triples model's, not {task}'s")
     vocab = Path(vocab_path)
     if "vocab_size" not in config:
         config["vocab_size"] = sum(1 for _ in vocab.open(encoding="utf-8"))
@@ -205,6 +208,7 @@ def export_user_model(
         max_length=max_length,
         do_lower_case=do_lower_case,
         threshold=threshold,
+        link_rule=link_rule,
     )
     return export_model_dir(
         build, model.get_weights(), out_dir, document, mode=mode, force=force, vocab=vocab

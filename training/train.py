@@ -300,6 +300,7 @@ def train(config: TrainConfig) -> Path:
         vocab_sha256=sha256_file(config.vocab_path),
         max_length=config.max_length,
         threshold=config.threshold,
+        link_rule=config.link_rule,
     )
     # The export replaces the directory; a hand-written README.md there survives retraining.
     readme = config.out_dir / "README.md"
@@ -332,6 +333,7 @@ def train(config: TrainConfig) -> Path:
                 "warmup_steps": config.warmup_steps,
                 "seed": config.seed,
                 "threshold": config.threshold,
+                **({"link_rule": config.link_rule} if task is Task.TRIPLES else {}),
                 "head_size": config.head_size,
                 "bert_config": bert_config,
             },

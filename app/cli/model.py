@@ -20,7 +20,8 @@ import click
 
 from app.core.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
-from nlp.tasks import TASK_NAMES
+from nlp.decoding import LINK_RULES
+from nlp.tasks import TASK_NAMES, Task
 from training.config import DEFAULT_NAMES, DEMO_BERT_CONFIG, TrainConfig, encoder_config
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +31,13 @@ def _existing(*decls: str, directory: bool = False, **kwargs: Any) -> Callable[[
     """A click option naming an existing file (``directory``: an existing directory)."""
     kind = click.Path(exists=True, file_okay=not directory, dir_okay=directory, path_type=Path)
     return click.option(*decls, type=kind, **kwargs)
+
+
+_LINK_RULE_HELP = (
+    "How a predicate links a subject and an object (model.json's link_rule; triples only): both: "
+    "its head-head and tail-tail scores each above the threshold (bert4keras's GPLinker); mean: "
+    "their mean above it (pick it on a tuning set with spo evaluate)."
+)
 
 
 def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
@@ -129,6 +137,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     help="Score threshold written to model.json: the decoder keeps what scores above it (below 0 "
     "trades precision for recall; pick it on a tuning set with spo evaluate).",
 )
+@_choice("--link-rule", choices=LINK_RULES, help=_LINK_RULE_HELP)
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
 def train_command(
     train_path: Path,
@@ -143,10 +152,16 @@ def train_command(
     max_minutes: float,
     hidden_size: int,
     threshold: float,
+    link_rule: str,
     seed: int,
 ) -> None:
     """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out."""
     from training.train import train
+
+    if task != Task.TRIPLES and link_rule != LINK_RULES[0]:
+        raise click.BadParameter(
+            f"a link rule is a triples model's, not {task}'s", param_hint="--link-rule"
+        )
 
     try:
         bert_config = encoder_config(hidden_size)
@@ -169,6 +184,7 @@ def train_command(
             seed=seed,
             task=task,
             threshold=threshold,
+            link_rule=link_rule,
             bert_config=bert_config,
         )
     )
@@ -294,6 +310,7 @@ def evaluate_command(
     callback=_finite,
     help="Score threshold written to model.json: the decoder keeps what scores above it.",
 )
+@_choice("--link-rule", choices=LINK_RULES, help=_LINK_RULE_HELP)
 @click.option("--cased", is_flag=True, help="The vocab is cased (no lower-casing).")
 @_choice("--mode", choices=("graph", "tf2"))
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
@@ -304,7 +321,10 @@ def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> No
     if out_dir.exists() and not force:
         click.echo(f"error: {out_dir} exists (use --force to replace it)", err=True)
         sys.exit(1)
-    result = export_user_model(out_dir=out_dir, do_lower_case=not cased, force=force, **params)
+    try:
+        result = export_user_model(out_dir=out_dir, do_lower_case=not cased, force=force, **params)
+    except ValueError as exc:  # the schema file, or an option its task does not take
+        raise click.ClickException(str(exc)) from None
     click.echo(f"model written to {result}")
 
 

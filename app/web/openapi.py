@@ -21,6 +21,7 @@ from typing import Any
 
 from app.core.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.core.settings import Settings
+from nlp.decoding import LINK_RULES
 from nlp.tasks import TASK_NAMES
 from nlp.values import ENTITY, EXTRACTION, TRIPLE, Member, Shape
 
@@ -116,6 +117,11 @@ SCHEMAS: dict[str, Any] = {
             "task": _TASK,
             "max_length": {"type": "integer", "description": "tokens per window"},
             "threshold": {"type": "number"},
+            "link_rule": {
+                "type": "string",
+                "enum": list(LINK_RULES),
+                "description": "triples models: how a predicate links a subject and an object",
+            },
             "length_buckets": {"type": "array", "items": {"type": "integer"}},
             "batch_buckets": {"type": "array", "items": {"type": "integer"}},
             "single_row_length_step": {

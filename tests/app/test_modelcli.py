@@ -159,6 +159,30 @@ def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
     assert defaults["hidden_size"] == training.config.DEMO_BERT_CONFIG["hidden_size"]
 
 
+def test_modelcli_link_rule_reaches_the_config_for_triples_only(tmp_path, monkeypatch):
+    """--link-rule is a triples model's decoding rule: it reaches the config, shows its choices,
+    and an NER model (or an NER schema on export) refuses one other than the default."""
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
+                                   "--link-rule", "mean"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert seen.pop("c").link_rule == "mean"
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m")])
+    assert ok.exit_code == 0 and seen["c"].link_rule == "both", ok.output
+    bad = CliRunner().invoke(main, ["train", str(corpus), "--link-rule", "max"])
+    assert bad.exit_code == 2 and "'max' is not one of 'both', 'mean'" in bad.output, bad.output
+    ner = CliRunner().invoke(main, ["train", str(corpus), "--task", "entities",
+                                    "--link-rule", "mean"])  # fmt: skip
+    assert ner.exit_code == 2 and "triples model's, not entities's" in ner.output, ner.output
+    types = tmp_path / "types.json"
+    types.write_text('["人物", "地点"]', encoding="utf-8")
+    ner = CliRunner().invoke(main, ["export", "--bert-config", str(corpus), "--weights", "w",
+                                    "--schema", str(types), "--out", str(tmp_path / "x"),
+                                    "--link-rule", "mean"])  # fmt: skip
+    assert ner.exit_code == 1 and "triples model's, not entities's" in ner.output, ner.output
+    assert "Traceback" not in ner.output
+
+
 def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
     """--threshold is what the trained model.json will hold; a threshold that is no finite number
     is a usage error before an hour of training, not a model that cannot load after it."""

@@ -44,6 +44,8 @@ BAD = [
     ("max_length", lambda d: d.update(max_length="64")),
     ("max_length", lambda d: d.update(max_length=True)),
     ("threshold", lambda d: d.update(threshold="high")),
+    ("link_rule", lambda d: d.update(link_rule="max")),
+    ("link_rule", lambda d: d.update(link_rule=None)),
     ("length_buckets", lambda d: d.update(length_buckets=[32, 16, 64])),
     ("length_buckets", lambda d: d.update(length_buckets=[16, 32])),
     ("batch_buckets", lambda d: d.update(batch_buckets=[0, 1])),
@@ -68,6 +70,13 @@ def test_manifest_errors_name_the_field(model_copy, field, change):
     assert info.value.field == field
     assert field in str(info.value)
     assert info.value.code == "invalid_manifest"
+
+
+def test_manifest_link_rule_defaults_to_both_and_is_reported(model_copy):
+    assert load_manifest(model_copy).link_rule == "both"
+    _edit(model_copy, lambda d: d.update(link_rule="mean"))
+    m = load_manifest(model_copy)
+    assert m.link_rule == "mean" and m.summary()["link_rule"] == "mean"
 
 
 def test_manifest_single_row_length_step_defaults_to_8_and_null_turns_it_off(model_copy):

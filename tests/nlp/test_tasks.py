@@ -15,6 +15,11 @@ SCHEMA = (PredicateSchema("出生地", "人物", "地点"), PredicateSchema("作
 class _Labels:
     predicates = SCHEMA
     entity_types = ("人物", "地点")
+    link_rule = "both"
+
+
+class _MeanLinks(_Labels):
+    link_rule = "mean"
 
 
 def _span_of(text):
@@ -81,6 +86,23 @@ def test_tasks_triples_decoder_types_arguments_by_the_predicate():
     ) == ([], [])
 
 
+def test_tasks_triples_decoder_follows_the_models_link_rule():
+    text = "张三生于北京"
+    entity = _logits(2, 10, [(0, 1, 2), (1, 5, 6)])
+    head = _logits(2, 10, [(0, 1, 5)])  # +10 at (subject head, object head)
+    tail = _logits(2, 10, [])
+    tail[0, 2, 6] = -4.0  # doubtful at the tails: the mean (3) is above 0, one score is not
+    decode = Task.TRIPLES.decode
+    assert decode([entity, head, tail], len(text), 0.0, _Labels(), _span_of(text)) == ([], [])
+    _, triples = decode([entity, head, tail], len(text), 0.0, _MeanLinks(), _span_of(text))
+    assert [(t.subject.span.text, t.predicate, t.object.span.text) for t in triples] == [
+        ("张三", "出生地", "北京")
+    ]
+    # the mean is taken per predicate: predicate 1 (作者) scores -10 at both ends
+    tail[0, 2, 6] = -11.0
+    assert decode([entity, head, tail], len(text), 0.0, _MeanLinks(), _span_of(text)) == ([], [])
+
+
 @pytest.mark.parametrize("task", list(Task))
 def test_tasks_manifest_document_writes_only_the_tasks_labels(task, tmp_path):
     doc = manifest_document(
@@ -98,6 +120,9 @@ def test_tasks_manifest_document_writes_only_the_tasks_labels(task, tmp_path):
     manifest = parse_manifest(doc, tmp_path, check_files=False)
     assert manifest.task is task and manifest.n_outputs == task.n_outputs
     assert manifest.summary()[task.labels_field] == doc[task.labels_field]
+    # a link rule is a triples model's: written, read and reported for it alone
+    assert ("link_rule" in doc) == ("link_rule" in manifest.summary()) == (task is Task.TRIPLES)
+    assert manifest.link_rule == "both"
 
 
 def test_tasks_doctests():

@@ -112,15 +112,16 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
             # pair, which decodes slowly. A huge threshold still runs the whole serving path,
             # predicting nothing.
             threshold=1e9,
+            link_rule="mean",
             bert_config=dict(TINY_BERT_CONFIG),
         )
     )
     manifest = load_manifest(out)
     assert manifest.task == "triples" and len(manifest.predicates) == len(PREDICATES)
     assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
-    assert manifest.threshold == 1e9
+    assert manifest.threshold == 1e9 and manifest.link_rule == "mean"
     trained = json.loads((out / "training.json").read_text())
-    assert trained["steps"] >= 1 and trained["threshold"] == 1e9
+    assert trained["steps"] >= 1 and trained["threshold"] == 1e9 and trained["link_rule"] == "mean"
     scores, errors = evaluate(out, data)
     assert scores.records == 40 and scores.predicted == 0 and scores.gold > 0
     assert len(errors) == sum(1 for r in read_records(data) if r["triples"])
