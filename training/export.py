@@ -185,7 +185,9 @@ def export_user_model(
     config = json.loads(Path(bert_config_path).read_text(encoding="utf-8"))
     task, items = read_schema(schema_path)
     if task is not Task.TRIPLES and link_rule != "both":
-        raise ValueError(f"{schema_path}: a link rule is a triples model's, not {task}'s")
+        raise ValueError(
+            f"{schema_path}: a link rule is for triples models, and this schema makes an {task} model"
+        )
     vocab = Path(vocab_path)
     if "vocab_size" not in config:
         config["vocab_size"] = sum(1 for _ in vocab.open(encoding="utf-8"))

@@ -160,7 +160,7 @@ def train_command(
 
     if task != Task.TRIPLES and link_rule != LINK_RULES[0]:
         raise click.BadParameter(
-            f"a link rule is a triples model's, not {task}'s", param_hint="--link-rule"
+            f"a link rule is for triples models, not an {task} model", param_hint="--link-rule"
         )
 
     try:
