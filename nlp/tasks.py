@@ -79,8 +79,11 @@ def _decode_triples(
         return made[key]
 
     triples = []
-    matrices = outputs[0], outputs[1], outputs[2]
-    for t in decode_triples(*matrices, n_tokens, threshold, model.link_rule):
+    entity_logits, head_logits, tail_logits = outputs
+    found = decode_triples(
+        entity_logits, head_logits, tail_logits, n_tokens, threshold, model.link_rule
+    )
+    for t in found:
         schema = model.predicates[t.predicate]
         subject = entity(t.subject, schema.subject_type)
         obj = entity(t.object, schema.object_type)
