@@ -52,7 +52,9 @@ DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 @dataclass
 class TrainConfig:
     """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety
-    net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder). ``task``:
+    net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder); ``token_noise``
+    is the share of input tokens replaced at random in each batch (``training.train.noise_tokens``,
+    labels unchanged; 0 turns it off). ``task``:
     ``triples`` (GPLinker) or ``entities`` (typed GlobalPointer NER); ``name`` ``None`` is ``demo``
     or ``ner`` by task; ``threshold`` is the score threshold written to ``model.json`` (the decoder
     keeps what scores above it), with ``link_rule`` for a triples model (``nlp.decoding.LINK_RULES``)."""
@@ -67,6 +69,7 @@ class TrainConfig:
     max_steps: int | None = None
     max_minutes: float = 22.0
     dropout: float | None = None
+    token_noise: float = 0.0
     max_length: int = 128
     head_size: int = 64
     seed: int = 1

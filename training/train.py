@@ -179,6 +179,26 @@ def plan_epoch(
     return batches
 
 
+def noise_tokens(tokens: Any, rate: float, pool: Any, rng: Any, keep: Sequence[int] = (0,)) -> Any:
+    """A copy of ``tokens`` (``(B, L)`` ids) where each id not in ``keep`` (padding, ``[CLS]``,
+    ``[SEP]``) is replaced, with probability ``rate``, by one drawn from ``pool`` (the corpus's token
+    ids, so by their frequency). Positions do not move, so the labels stay true to their spans.
+
+    >>> import numpy as np
+    >>> t = np.array([[101, 5, 6, 7, 102, 0]])
+    >>> noise_tokens(t, 1.0, np.array([9]), np.random.default_rng(0), keep=(0, 101, 102)).tolist()
+    [[101, 9, 9, 9, 102, 0]]
+    >>> bool((noise_tokens(t, 0.0, np.array([9]), np.random.default_rng(0)) == t).all())
+    True
+    """
+    import numpy as np
+
+    hit = (rng.random(tokens.shape) < rate) & ~np.isin(tokens, keep)
+    out = tokens.copy()
+    out[hit] = pool[rng.integers(0, len(pool), int(hit.sum()))]
+    return out
+
+
 def globalpointer_crossentropy(y_true: Any, y_pred: Any) -> Any:
     """Sparse multilabel categorical crossentropy for GlobalPointer (bert4keras GPLinker example)."""
     from bert4keras.backend import K, sparse_multilabel_categorical_crossentropy
@@ -216,6 +236,7 @@ def train(config: TrainConfig) -> Path:
         raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
     task = task_named(config.task)
     seed_everything(config.seed)
+    import numpy as np
     from bert4keras.backend import keras
 
     from training.export import export_model_dir
@@ -248,6 +269,9 @@ def train(config: TrainConfig) -> Path:
 
     model = build()
     rng = random.Random(config.seed)
+    keep = (0, tokenizer.cls_id, tokenizer.sep_id)
+    pool = np.array([t for ex in examples for t in ex.token_ids if t not in keep], dtype="int32")
+    noise_rng = np.random.default_rng(config.seed)
     steps_per_epoch = len(plan_epoch(examples, config.batch_size, random.Random(0), lengths))
     planned = config.max_steps if config.max_steps else steps_per_epoch * config.epochs
     total = max(planned, config.warmup_steps + 1)
@@ -265,6 +289,8 @@ def train(config: TrainConfig) -> Path:
         running = 0.0
         for length, idx in plan_epoch(examples, config.batch_size, rng, lengths):
             x, y = make_batch([examples[i] for i in idx], length, config.task)
+            if config.token_noise:
+                x[0] = noise_tokens(x[0], config.token_noise, pool, noise_rng, keep)
             loss = model.train_on_batch(x, y)
             running += float(loss[0] if isinstance(loss, list) else loss)
             step += 1
@@ -332,6 +358,7 @@ def train(config: TrainConfig) -> Path:
                 "learning_rate": config.learning_rate,
                 "warmup_steps": config.warmup_steps,
                 "seed": config.seed,
+                "token_noise": config.token_noise,
                 "threshold": config.threshold,
                 **({"link_rule": config.link_rule} if task is Task.TRIPLES else {}),
                 "head_size": config.head_size,

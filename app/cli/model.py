@@ -115,6 +115,14 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     "--dropout", type=click.FloatRange(0.0, 0.9), default=None, help="Encoder dropout (0.1)."
 )
 @click.option(
+    "--token-noise",
+    type=click.FloatRange(0.0, 0.5),
+    default=TrainConfig.token_noise,
+    show_default=True,
+    help="Share of input tokens replaced in each batch by tokens drawn from the corpus (labels "
+    "unchanged): noise against leaning on exact wording.",
+)
+@click.option(
     "--max-minutes",
     type=float,
     default=TrainConfig.max_minutes,
@@ -149,6 +157,7 @@ def train_command(
     warmup: int,
     max_steps: int | None,
     dropout: float | None,
+    token_noise: float,
     max_minutes: float,
     hidden_size: int,
     threshold: float,
@@ -180,6 +189,7 @@ def train_command(
             warmup_steps=warmup,
             max_steps=max_steps,
             dropout=dropout,
+            token_noise=token_noise,
             max_minutes=max_minutes,
             seed=seed,
             task=task,

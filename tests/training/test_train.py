@@ -1,14 +1,17 @@
+import doctest
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import nlp  # noqa: F401
+import training.train
 from nlp.config import DEMO_VOCAB
 from nlp.tokenization import Tokenizer
 from training.corpus import CorpusGenerator
 from training.schema import ENTITY_TYPES, PREDICATES
-from training.train import encode_entities, encode_record, make_batch
+from training.train import encode_entities, encode_record, make_batch, noise_tokens
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,26 @@ def test_train_labels_align_to_server_token_offsets(tokenizer: Tokenizer) -> Non
     ((sh, oh),) = ex.head[p]
     ((st, ot),) = ex.tail[p]
     assert text_of((sh, st)) == "Tom·李" and text_of((oh, ot)) == "湖南长沙"
+
+
+def test_train_doctests() -> None:
+    assert doctest.testmod(training.train).failed == 0
+
+
+def test_train_token_noise_replaces_about_its_share_and_never_the_markers() -> None:
+    keep = (0, 101, 102)
+    tokens = np.zeros((64, 100), dtype="int32")
+    tokens[:, 0], tokens[:, 1:81], tokens[:, 81] = 101, 7, 102  # then padding
+    pool = np.array([5, 6], dtype="int32")
+    noised = noise_tokens(tokens, 0.25, pool, np.random.default_rng(3), keep)
+    assert noised.shape == tokens.shape and noised is not tokens
+    changed = noised != tokens
+    assert not changed[:, [0, *range(81, 100)]].any()  # [CLS], [SEP], padding untouched
+    assert set(np.unique(noised[changed])) <= {5, 6}
+    assert 0.2 < changed[:, 1:81].mean() < 0.3
+    assert (tokens[:, 1:81] == 7).all()  # the input array is not modified
+    again = noise_tokens(tokens, 0.25, pool, np.random.default_rng(3), keep)
+    assert (again == noised).all()  # reproducible from the seed
 
 
 def test_train_truncation_drops_triples_past_max_length(tokenizer: Tokenizer) -> None:
@@ -145,6 +168,7 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
             max_steps=7,
             warmup_steps=2,
             dropout=0.0,
+            token_noise=0.2,
             batch_size=8,
             max_length=64,
             head_size=16,
@@ -155,6 +179,7 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
     assert record["steps"] == 7 and record["max_steps"] == 7 and not record["stopped_early"]
     assert record["steps_per_epoch"] < 7  # the run went past one epoch
     assert record["bert_config"]["hidden_dropout_prob"] == 0.0
+    assert record["token_noise"] == 0.2
     assert (out / "README.md").read_text(encoding="utf-8") == "notes"  # kept across retraining
 
 
