@@ -235,6 +235,8 @@ def train(config: TrainConfig) -> Path:
     if config.task not in TASK_NAMES:
         raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
     task = task_named(config.task)
+    if not 0.0 <= config.token_noise < 1.0:
+        raise ValueError(f"token_noise must be in [0, 1), got {config.token_noise!r}")
     seed_everything(config.seed)
     import numpy as np
     from bert4keras.backend import keras
@@ -270,7 +272,10 @@ def train(config: TrainConfig) -> Path:
     model = build()
     rng = random.Random(config.seed)
     keep = (0, tokenizer.cls_id, tokenizer.sep_id)
-    pool = np.array([t for ex in examples for t in ex.token_ids if t not in keep], dtype="int32")
+    pool = np.array(
+        [t for ex in examples for t in ex.token_ids if t not in keep] if config.token_noise else [],
+        dtype="int32",
+    )
     noise_rng = np.random.default_rng(config.seed)
     steps_per_epoch = len(plan_epoch(examples, config.batch_size, random.Random(0), lengths))
     planned = config.max_steps if config.max_steps else steps_per_epoch * config.epochs

@@ -59,6 +59,14 @@ def test_train_token_noise_replaces_about_its_share_and_never_the_markers() -> N
     assert (again == noised).all()  # reproducible from the seed
 
 
+@pytest.mark.parametrize("rate", [-0.1, 1.0, float("nan")])
+def test_train_refuses_a_token_noise_outside_0_to_1(tmp_path: Path, rate: float) -> None:
+    from training.train import TrainConfig, train
+
+    with pytest.raises(ValueError, match="token_noise"):
+        train(TrainConfig(train_path=tmp_path / "none.jsonl", out_dir=tmp_path, token_noise=rate))
+
+
 def test_train_truncation_drops_triples_past_max_length(tokenizer: Tokenizer) -> None:
     rec = {"text": "一" * 40 + "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
     ex = encode_record(rec, tokenizer, PREDICATES, 32)
