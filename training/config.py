@@ -45,6 +45,10 @@ def encoder_config(hidden_size: int) -> dict[str, Any]:
     return {**DEMO_BERT_CONFIG, "hidden_size": hidden_size, "intermediate_size": 4 * hidden_size}
 
 
+# The most of a batch's input tokens ``--token-noise`` may replace (``spo train`` and ``train``).
+MAX_TOKEN_NOISE = 0.5
+
+
 # The model name (and ``spo train``'s output folder under models/) of each task, unless given.
 DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 

@@ -33,7 +33,7 @@ import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
 from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
-from training.config import DEFAULT_NAMES, TrainConfig
+from training.config import DEFAULT_NAMES, MAX_TOKEN_NOISE, TrainConfig
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -235,8 +235,8 @@ def train(config: TrainConfig) -> Path:
     if config.task not in TASK_NAMES:
         raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
     task = task_named(config.task)
-    if not 0.0 <= config.token_noise < 1.0:
-        raise ValueError(f"token_noise must be in [0, 1), got {config.token_noise!r}")
+    if not 0.0 <= config.token_noise <= MAX_TOKEN_NOISE:
+        raise ValueError(f"token_noise must be 0 to {MAX_TOKEN_NOISE}, got {config.token_noise!r}")
     seed_everything(config.seed)
     import numpy as np
     from bert4keras.backend import keras

@@ -22,7 +22,13 @@ from app.core.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.decoding import LINK_RULES
 from nlp.tasks import TASK_NAMES, Task
-from training.config import DEFAULT_NAMES, DEMO_BERT_CONFIG, TrainConfig, encoder_config
+from training.config import (
+    DEFAULT_NAMES,
+    DEMO_BERT_CONFIG,
+    MAX_TOKEN_NOISE,
+    TrainConfig,
+    encoder_config,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -116,7 +122,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--token-noise",
-    type=click.FloatRange(0.0, 0.5),
+    type=click.FloatRange(0.0, MAX_TOKEN_NOISE),
     default=TrainConfig.token_noise,
     show_default=True,
     help="Share of input tokens replaced in each batch by tokens drawn from the corpus (labels "
