@@ -12,54 +12,69 @@
 #   ARG TENSORFLOW      the TensorFlow distribution: tensorflow-cpu (default: no CUDA libraries)
 #                       or tensorflow (the wheel the rest of the project pins)
 #
-# Two stages: `build` has pip and the compilers' leftovers, `runtime` only Python, nginx, tini,
-# jemalloc and the virtual environment with the serving pins.
+# Build stages, ordered by how often they change: `pins` (the serving pins, from requirements.lock and
+# pyproject.toml), `deps` (those pins installed, TensorFlow trimmed: rebuilt only when a pin changes,
+# not on any other edit of pyproject.toml), `venv` (the same without pip) and `project` (the project's
+# wheel, installed beside them: rebuilt on every code change, in seconds). `runtime` has only Python,
+# nginx, tini, jemalloc, the venv, the models and the project, its layers in that order: a code change
+# makes one new top layer of the project's size (about 41 MB), never a new copy of TensorFlow
+# (docs/deploy.md, "Layers").
 
 ARG BASE=debian:bookworm-slim
 
-FROM ${BASE} AS build
-ARG TENSORFLOW=tensorflow-cpu
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=180
+FROM ${BASE} AS python
 RUN apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         python3 python3-venv ca-certificates binutils >/dev/null \
     && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-# The pins first: this layer (the slow one, TensorFlow) is rebuilt only when a pin changes.
-COPY requirements.lock pyproject.toml /src/
-COPY deploy/image/serving_pins.py /src/deploy/image/
+
 # Serving pins only (deploy/image/serving_pins.py): the project's runtime dependencies at the exact
 # versions of requirements.lock, TensorFlow as $TENSORFLOW; tf-keras and bert4keras go in with
 # --no-deps (tf-keras declares `tensorflow`, bert4keras keras<=2.3.1).
+FROM python AS pins
+ARG TENSORFLOW=tensorflow-cpu
+COPY requirements.lock pyproject.toml deploy/image/serving_pins.py /src/
+RUN python3 /src/serving_pins.py /src/pyproject.toml /src/requirements.lock "${TENSORFLOW}" /pins
+
+# Then what serving never loads goes (docs/deploy.md, "Image size"): TensorFlow's C++ headers and
+# symbol tables (strip: 219 MB); the packages TensorFlow declares for what this service does not use:
+# keras 3 and its console helpers (tf.keras is tf-keras here: TF_USE_LEGACY_KERAS=1), libclang (op
+# code generators), grpcio (distributed TensorFlow); faker (the training corpus generator).
+FROM python AS deps
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_DEFAULT_TIMEOUT=180
+COPY --from=pins /pins /pins
 RUN --mount=type=secret,id=ca \
     set -eu; \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
-    python3 deploy/image/serving_pins.py pyproject.toml requirements.lock "${TENSORFLOW}" /tmp/pins; \
     python3 -m venv /opt/venv; \
-    /opt/venv/bin/pip install -q -c /tmp/pins/constraints.txt -r /tmp/pins/serving.txt; \
-    /opt/venv/bin/pip install -q --no-deps -r /tmp/pins/nodeps.txt
+    /opt/venv/bin/pip install -q -c /pins/constraints.txt -r /pins/serving.txt; \
+    /opt/venv/bin/pip install -q --no-deps -r /pins/nodeps.txt; \
+    rm -rf /opt/venv/lib/python3.11/site-packages/tensorflow/include; \
+    find /opt/venv/lib/python3.11/site-packages/tensorflow -name '*.so*' -type f \
+        -exec strip --strip-unneeded {} +; \
+    /opt/venv/bin/pip uninstall -q -y keras rich pygments markdown-it-py mdurl namex optree \
+        libclang grpcio faker
+
+# What the image runs: the same venv without pip.
+FROM deps AS venv
+RUN /opt/venv/bin/pip uninstall -q -y pip
+
 # The project's wheel (the demo models and the deploy templates are its package data), installed
-# without its dependencies: they are the pins above.
-COPY README.md /src/
+# without its dependencies (they are the pins above) under its own prefix, /opt/project, with the
+# venv's interpreter in its scripts: runtime lays it over /opt/venv.
+FROM deps AS project
+COPY pyproject.toml README.md /src/
 COPY app /src/app
 COPY nlp /src/nlp
 COPY training /src/training
 COPY models /src/models
 COPY deploy /src/deploy
-# Then what serving never loads goes (docs/deploy.md, "Image size"): TensorFlow's C++ headers and
-# symbol tables (strip: 219 MB); the packages TensorFlow declares for what this service does not use:
-# keras 3 and its console helpers (tf.keras is tf-keras here: TF_USE_LEGACY_KERAS=1), libclang (op
-# code generators), grpcio (distributed TensorFlow); faker (the training corpus generator); pip.
 RUN --mount=type=secret,id=ca \
     set -eu; \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
     /opt/venv/bin/pip wheel -q --no-deps -w /dist /src; \
-    /opt/venv/bin/pip install -q --no-deps /dist/spo_service-*.whl; \
-    rm -rf /opt/venv/lib/python3.11/site-packages/tensorflow/include; \
-    find /opt/venv/lib/python3.11/site-packages/tensorflow -name '*.so*' -type f \
-        -exec strip --strip-unneeded {} +; \
-    /opt/venv/bin/pip uninstall -q -y keras rich pygments markdown-it-py mdurl namex optree \
-        libclang grpcio faker pip
+    /opt/venv/bin/pip install -q --no-deps --no-warn-script-location --prefix /opt/project \
+        /dist/spo_service-*.whl
 
 FROM ${BASE} AS runtime
 RUN apt-get update -qq \
@@ -68,9 +83,10 @@ RUN apt-get update -qq \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log \
     && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin spo
-COPY --from=build /opt/venv /opt/venv
+COPY --from=venv /opt/venv /opt/venv
 ARG MODELS=models
 COPY ${MODELS} /models
+COPY --from=project /opt/project/ /opt/venv/
 ARG SPO_MODELS=demo=/models/demo,ner=/models/ner
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -5,7 +5,8 @@ with host networking on a free loopback port and the limits of a small pod (``--
 read-only root file system), and checks: ``/readyz`` within the documented startup budget, the
 README's example answered byte for byte, no serving process running as root, ``spo serve
 --check-config`` sizing 1 worker, and a ``docker stop`` during a stream of requests losing none that
-were sent before it, exiting 0 within the grace period.
+were sent before it, exiting 0 within the grace period. And that a code change rebuilds only the top
+layer, the project's (docs/deploy.md, "Layers").
 
 Needs a Docker daemon (``.ci/run`` installs Debian's docker.io and starts one, ``.ci/docker-up``);
 skipped, saying why, only where Docker cannot run at all. Minutes: the build (about 3 min cold, seconds
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from bench.image_build import copy_tree, image_id, layers
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SPO_TEST_IMAGE", "spo-service:test")
@@ -83,16 +86,26 @@ def docker() -> str:
     return client
 
 
-@pytest.fixture(scope="module")
-def image(docker: str) -> str:
-    args = ["make", "-s", "image", f"IMAGE={IMAGE}", f"DOCKER={docker}"]
+def _make_image(docker: str, image: str) -> list[str]:
+    args = ["make", "-s", "image", f"IMAGE={image}", f"DOCKER={docker}"]
     if CA_BUNDLE.is_file():
         args.append(f"CA_BUNDLE={CA_BUNDLE}")
+    return args
+
+
+@pytest.fixture(scope="module")
+def image(docker: str) -> str:
+    args = _make_image(docker, IMAGE)
+    before = image_id(docker, IMAGE)
     start = time.monotonic()
     build = _run(*args, timeout=1500, check=False)
     assert build.returncode == 0, (
         f"make image failed:\n{build.stdout[-3000:]}\n{build.stderr[-6000:]}"
     )
+    if before and before != image_id(docker, IMAGE):
+        # The image this build replaced, now untagged: removed unless something else still uses it
+        # (another tag, a container), so that runs on one daemon do not pile images up.
+        _run(docker, "image", "rm", before, check=False)
     size = _run(docker, "image", "inspect", IMAGE, "--format", "{{.Size}}").stdout.strip()
     print(f"\nimage {IMAGE}: built in {time.monotonic() - start:.0f} s, {int(size) / 1e9:.2f} GB")
     return IMAGE
@@ -279,3 +292,28 @@ def test_image_docker_stop_loses_no_request(container: Container) -> None:
         f"{len(lost)} of {len(before)} requests sent before the stop not answered: {lost[:5]}"
     )
     print(f"\ndocker stop: {took:.1f} s, {len(before)} requests sent before it, all answered")
+
+
+def test_a_code_change_rebuilds_only_the_project_layer(docker: str, tmp_path: Path) -> None:
+    # docs/deploy.md, "Layers": the project's wheel is the top layer, and nothing under it depends on
+    # the code, so a rolling update after a code change pulls tens of MB, not TensorFlow again. A copy
+    # of the checkout is built as it is, then after a code change (both mostly from the build cache).
+    copy_tree(tmp_path)
+    tags = {"as it is": f"{IMAGE}-copy", "code change": f"{IMAGE}-code-change"}
+    try:
+        for what, tag in tags.items():
+            if what == "code change":
+                with (tmp_path / "app" / "__init__.py").open("a", encoding="utf-8") as fh:
+                    fh.write("# a code change\n")
+            build = subprocess.run(
+                _make_image(docker, tag), capture_output=True, text=True, timeout=1500,
+                cwd=tmp_path, check=False,
+            )  # fmt: skip
+            assert build.returncode == 0, f"make image ({what}) failed:\n{build.stderr[-6000:]}"
+        before, after = (layers(docker, tag) for tag in tags.values())
+        assert len(after) == len(before)
+        assert after[:-1] == before[:-1], "a code change rebuilt a layer under the project's"
+        assert after[-1][0] != before[-1][0], "the code change is not in the image"
+        assert after[-1][1] < 100e6, f"the project's layer is {after[-1][1] / 1e6:.0f} MB"
+    finally:
+        _run(docker, "image", "rm", *tags.values(), check=False)
