@@ -16,11 +16,13 @@ again here); each worker builds its app from its generation's value (``app.servi
   (``spo_worker_recycles_total``).
 - Metrics (``app.web.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
   directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied; else a new temporary
-  one, removed on exit); ``child_exit`` marks each dead worker so its per-worker gauges go.
+  one, removed when the process that made it exits, a ``--check-config`` run included);
+  ``child_exit`` marks each dead worker so its per-worker gauges go.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -41,6 +43,18 @@ metrics_dir = prepare_multiprocess_dir(
     _given_metrics_dir or tempfile.mkdtemp(prefix="spo-metrics-")
 )
 os.environ[MULTIPROC_ENV] = str(metrics_dir)
+_loaded_by = os.getpid()
+
+
+def _remove_metrics_dir() -> None:
+    # At the exit of the process that loaded this file: the master, or a `--check-config` or
+    # `--print-config` run (gunicorn runs no hook there); not a worker, which inherits the handler.
+    if os.getpid() == _loaded_by:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+if not _given_metrics_dir:
+    atexit.register(_remove_metrics_dir)
 
 wsgi_app = "app.serving.master:worker_app()"  # app.create_app(the generation's Settings)
 bind = [settings.bind]
@@ -163,8 +177,3 @@ def worker_exit(server: Any, worker: Any) -> None:
 def child_exit(server: Any, worker: Any) -> None:
     # In the master: the dead worker's live gauges (RSS, op count, model info) leave /metrics.
     mark_worker_dead(worker.pid)
-
-
-def on_exit(server: Any) -> None:
-    if not _given_metrics_dir:
-        shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -2,6 +2,7 @@
 
 The counters every worker wrote add up to the requests sent (workers that were recycled meanwhile
 included), and the session graph's op count is the same before and after 1,000 mixed-length requests.
+The metrics directory the master made outlives the recycled workers and goes when the master exits.
 """
 
 from __future__ import annotations
@@ -55,15 +56,20 @@ def server(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "SPO_METRICS_TOKEN": METRICS_TOKEN,
         "SPO_AUTH_TOKENS": "api-token-0123456789abc",
         "SPO_LOG_FORMAT": "json",
+        "TMPDIR": str(run_dir),  # where the master makes its metrics directory
     }
     log = run_dir / "gunicorn.log"
     process = start_serve(port, env, log)
     try:
         wait_ready(port, process, log, 120)
         wait_workers(log, 2, 120)
+        (metrics_dir,) = run_dir.glob("spo-metrics-*")
         yield Server(port, log)
+        # Still there after the recycled workers exited; gone once the master did.
+        assert metrics_dir.is_dir()
     finally:
         stop(process)
+    assert not metrics_dir.exists(), "the master left its metrics directory behind"
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -103,14 +103,16 @@ def test_server_default_pid_file_is_per_address() -> None:
     assert default_pid_file("[::1]:80").name == "spo-service-1-80.pid"
 
 
-def test_server_serve_check_config(triples_model_dir: Path) -> None:
-    """The real gunicorn validates the real config file (the app is loaded, not with a model)."""
+def test_server_serve_check_config(triples_model_dir: Path, tmp_path: Path) -> None:
+    """The real gunicorn validates the real config file (the app is loaded, not with a model), and
+    leaves nothing behind (the metrics directory the config file makes is removed)."""
     result = subprocess.run(
         [str(Path(__import__("sys").executable).with_name("spo")), "serve", "--check-config"],
         env={
             "SPO_MODEL_DIR": str(triples_model_dir),
             "SPO_LOAD_MODE": "background",
             "PATH": "/usr/bin:/bin",
+            "TMPDIR": str(tmp_path),
         },
         capture_output=True,
         text=True,
@@ -122,6 +124,7 @@ def test_server_serve_check_config(triples_model_dir: Path) -> None:
     assert re.search(r"^  workers: \d+$", result.stdout, re.M)
     assert "because usable CPUs:" in result.stdout
     assert "TensorFlow intra-op threads per worker" in result.stdout
+    assert not list(tmp_path.iterdir())
 
 
 def test_server_auto_workers_reach_gunicorn_as_sized(model_dir: Path) -> None:
