@@ -1,8 +1,11 @@
 """The image's pins: the serving dependencies of ``pyproject.toml`` at the versions of ``requirements.lock``.
 
-Run by the Dockerfile's build stage (standard library only, before anything is installed)::
+Run by the Dockerfile's ``pins`` stage (standard library only, before anything is installed)::
 
-    python3 deploy/image/serving_pins.py pyproject.toml requirements.lock tensorflow-cpu OUT_DIR
+    python3 serving_pins.py pyproject.toml requirements.lock tensorflow-cpu OUT_DIR
+
+Only its output reaches the stage that installs the pins, so an edit of ``pyproject.toml`` that leaves
+the pins as they are rebuilds no TensorFlow layer.
 
 and writes three pip requirement files into OUT_DIR:
 
