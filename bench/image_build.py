@@ -82,6 +82,25 @@ def image_id(docker: str, image: str) -> str | None:
     return found.stdout.strip() if found.returncode == 0 else None
 
 
+def remove_if_untagged(docker: str, image: str) -> None:
+    """Remove ``image`` (an id) if no tag names it any more: what a rebuild under the same tag left.
+    An image that still has a tag (someone else's, or the same build's) stays."""
+    tags = subprocess.run(
+        [docker, "image", "inspect", image, "--format", "{{len .RepoTags}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if tags.returncode == 0 and tags.stdout.strip() == "0":
+        subprocess.run([docker, "image", "rm", image], capture_output=True, check=False)
+
+
+def make_image(docker: str, image: str, ca_bundle: Path | None) -> list[str]:
+    """The ``make image`` command line that builds ``image`` (pip trusting ``ca_bundle`` if given)."""
+    args = ["make", "-s", "image", f"IMAGE={image}", f"DOCKER={docker}"]
+    return args + ([f"CA_BUNDLE={ca_bundle}"] if ca_bundle is not None else [])
+
+
 def run(docker: str, ca_bundle: Path | None, cold: bool) -> dict[str, Any]:
     builds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="spo-image-build-") as tmp:
@@ -101,11 +120,10 @@ def run(docker: str, ca_bundle: Path | None, cold: bool) -> dict[str, Any]:
             if edited is not None:
                 with edited.open("a", encoding="utf-8") as fh:
                     fh.write(f"# bench.image_build {time.time()}\n")
-            args = ["make", "-s", "image", f"IMAGE={TAG}", f"DOCKER={docker}"]
-            if ca_bundle is not None:
-                args.append(f"CA_BUNDLE={ca_bundle}")
             start = time.monotonic()
-            subprocess.run(args, cwd=tree, capture_output=True, check=True)
+            subprocess.run(
+                make_image(docker, TAG, ca_bundle), cwd=tree, capture_output=True, check=True
+            )
             seconds = time.monotonic() - start
             built = layers(docker, TAG)
             images.add(image_id(docker, TAG))
@@ -121,9 +139,9 @@ def run(docker: str, ca_bundle: Path | None, cold: bool) -> dict[str, Any]:
                 }
             )
             print(json.dumps(builds[-1]), flush=True)
-    subprocess.run(
-        [docker, "image", "rm", TAG, *filter(None, images)], capture_output=True, check=False
-    )
+    subprocess.run([docker, "image", "rm", TAG], capture_output=True, check=False)
+    for image in filter(None, images):
+        remove_if_untagged(docker, image)
     return {"builds": builds}
 
 

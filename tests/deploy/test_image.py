@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.image_build import copy_tree, image_id, layers
+from bench.image_build import copy_tree, image_id, layers, make_image, remove_if_untagged
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SPO_TEST_IMAGE", "spo-service:test")
@@ -87,10 +87,7 @@ def docker() -> str:
 
 
 def _make_image(docker: str, image: str) -> list[str]:
-    args = ["make", "-s", "image", f"IMAGE={image}", f"DOCKER={docker}"]
-    if CA_BUNDLE.is_file():
-        args.append(f"CA_BUNDLE={CA_BUNDLE}")
-    return args
+    return make_image(docker, image, CA_BUNDLE if CA_BUNDLE.is_file() else None)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +100,9 @@ def image(docker: str) -> str:
         f"make image failed:\n{build.stdout[-3000:]}\n{build.stderr[-6000:]}"
     )
     if before and before != image_id(docker, IMAGE):
-        # The image this build replaced, now untagged: removed unless something else still uses it
-        # (another tag, a container), so that runs on one daemon do not pile images up.
-        _run(docker, "image", "rm", before, check=False)
+        # The image this build replaced: removed if no tag names it now (a container using it keeps
+        # it too), so that runs on one daemon do not pile images up.
+        remove_if_untagged(docker, before)
     size = _run(docker, "image", "inspect", IMAGE, "--format", "{{.Size}}").stdout.strip()
     print(f"\nimage {IMAGE}: built in {time.monotonic() - start:.0f} s, {int(size) / 1e9:.2f} GB")
     return IMAGE
