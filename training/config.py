@@ -49,6 +49,10 @@ def encoder_config(hidden_size: int) -> dict[str, Any]:
 MAX_TOKEN_NOISE = 0.5
 
 
+# The largest ``--ema`` decay: 0.9999 averages over about 10,000 steps, longer than any run here.
+MAX_EMA = 0.9999
+
+
 # The model name (and ``spo train``'s output folder under models/) of each task, unless given.
 DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 
@@ -58,7 +62,9 @@ class TrainConfig:
     """One training run. ``max_steps`` (when set) overrides ``epochs``; ``max_minutes`` is a safety
     net; ``dropout`` ``None`` keeps the encoder config's (0.1 for the demo encoder); ``token_noise``
     is the share of input tokens replaced at random in each batch (``training.train.noise_tokens``,
-    labels unchanged; 0 turns it off). ``task``:
+    labels unchanged; 0 turns it off); ``ema`` is the decay of an exponential moving average of the
+    weights, updated after every step and exported instead of the last step's (0 turns it off).
+    ``task``:
     ``triples`` (GPLinker) or ``entities`` (typed GlobalPointer NER); ``name`` ``None`` is ``demo``
     or ``ner`` by task; ``threshold`` is the score threshold written to ``model.json`` (the decoder
     keeps what scores above it), with ``link_rule`` for a triples model (``nlp.decoding.LINK_RULES``)."""
@@ -74,6 +80,7 @@ class TrainConfig:
     max_minutes: float = 22.0
     dropout: float | None = None
     token_noise: float = 0.0
+    ema: float = 0.0
     max_length: int = 128
     head_size: int = 64
     seed: int = 1

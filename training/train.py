@@ -33,7 +33,7 @@ import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
 from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
-from training.config import DEFAULT_NAMES, MAX_TOKEN_NOISE, TrainConfig
+from training.config import DEFAULT_NAMES, MAX_EMA, MAX_TOKEN_NOISE, TrainConfig
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -230,6 +230,36 @@ def _warmup_linear_decay(peak: float, warmup: int, total: int) -> Any:
     return Schedule()
 
 
+class WeightAverage:
+    """An exponential moving average of ``variables`` (``shadow = decay * shadow + (1 - decay) *
+    weight`` after each ``update``), kept as TensorFlow variables so that an update costs one graph
+    call, not a copy of the weights through numpy. Starts from the variables' current values; with
+    decay 0.999 those weigh 0.999 ** steps after that many updates (0.0003 after 8,000).
+    bert4keras's GPLinker example exports such an average instead of the last step's weights."""
+
+    def __init__(self, variables: Sequence[Any], decay: float) -> None:
+        import tensorflow as tf
+
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be between 0 and 1, got {decay!r}")
+        self.shadow = [tf.Variable(v.read_value(), trainable=False) for v in variables]
+        pairs = list(zip(self.shadow, variables, strict=True))
+
+        @tf.function  # type: ignore[misc]
+        def update() -> None:
+            for average, weight in pairs:
+                average.assign(decay * average + (1.0 - decay) * weight)
+
+        self._update = update
+
+    def update(self) -> None:
+        self._update()
+
+    def weights(self) -> list[Any]:
+        """The averages as numpy arrays, in ``variables``' order."""
+        return [v.numpy() for v in self.shadow]
+
+
 def train(config: TrainConfig) -> Path:
     """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
     if config.task not in TASK_NAMES:
@@ -237,6 +267,8 @@ def train(config: TrainConfig) -> Path:
     task = task_named(config.task)
     if not 0.0 <= config.token_noise <= MAX_TOKEN_NOISE:
         raise ValueError(f"token_noise must be 0 to {MAX_TOKEN_NOISE}, got {config.token_noise!r}")
+    if not 0.0 <= config.ema <= MAX_EMA:
+        raise ValueError(f"ema must be 0 to {MAX_EMA}, got {config.ema!r}")
     seed_everything(config.seed)
     import numpy as np
     from bert4keras.backend import keras
@@ -284,6 +316,8 @@ def train(config: TrainConfig) -> Path:
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
     model.compile(loss=[globalpointer_crossentropy] * task.n_outputs, optimizer=optimizer)
+    # model.weights is get_weights()'s order, the order the export takes.
+    average = WeightAverage(model.weights, config.ema) if config.ema else None
 
     started = time.monotonic()
     deadline = started + config.max_minutes * 60
@@ -297,6 +331,8 @@ def train(config: TrainConfig) -> Path:
             if config.token_noise:
                 x[0] = noise_tokens(x[0], config.token_noise, pool, noise_rng, keep)
             loss = model.train_on_batch(x, y)
+            if average is not None:
+                average.update()
             running += float(loss[0] if isinstance(loss, list) else loss)
             step += 1
             if step % 50 == 0:
@@ -338,7 +374,7 @@ def train(config: TrainConfig) -> Path:
     readme_text = readme.read_bytes() if readme.is_file() else None
     out = export_model_dir(
         build,
-        model.get_weights(),
+        average.weights() if average is not None else model.get_weights(),
         config.out_dir,
         doc,
         mode="graph",
@@ -364,6 +400,7 @@ def train(config: TrainConfig) -> Path:
                 "warmup_steps": config.warmup_steps,
                 "seed": config.seed,
                 "token_noise": config.token_noise,
+                "ema": config.ema,
                 "threshold": config.threshold,
                 **({"link_rule": config.link_rule} if task is Task.TRIPLES else {}),
                 "head_size": config.head_size,

@@ -25,6 +25,7 @@ from nlp.tasks import TASK_NAMES, Task
 from training.config import (
     DEFAULT_NAMES,
     DEMO_BERT_CONFIG,
+    MAX_EMA,
     MAX_TOKEN_NOISE,
     TrainConfig,
     encoder_config,
@@ -129,6 +130,14 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     "unchanged): noise against leaning on exact wording.",
 )
 @click.option(
+    "--ema",
+    type=click.FloatRange(0.0, MAX_EMA),
+    default=TrainConfig.ema,
+    show_default=True,
+    help="Decay of an exponential moving average of the weights, updated after every step and "
+    "exported instead of the last step's (0.999: about the last 1,000 steps; 0 turns it off).",
+)
+@click.option(
     "--max-minutes",
     type=float,
     default=TrainConfig.max_minutes,
@@ -164,6 +173,7 @@ def train_command(
     max_steps: int | None,
     dropout: float | None,
     token_noise: float,
+    ema: float,
     max_minutes: float,
     hidden_size: int,
     threshold: float,
@@ -196,6 +206,7 @@ def train_command(
             max_steps=max_steps,
             dropout=dropout,
             token_noise=token_noise,
+            ema=ema,
             max_minutes=max_minutes,
             seed=seed,
             task=task,

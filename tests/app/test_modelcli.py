@@ -159,6 +159,18 @@ def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
     assert defaults["hidden_size"] == training.config.DEMO_BERT_CONFIG["hidden_size"]
 
 
+def test_modelcli_train_ema_reaches_the_config_and_refuses_a_decay_of_one(tmp_path, monkeypatch):
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
+                                   "--ema", "0.999"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert seen.pop("c").ema == 0.999
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m")])
+    assert ok.exit_code == 0 and seen["c"].ema == 0.0, ok.output  # off unless asked for
+    bad = CliRunner().invoke(main, ["train", str(corpus), "--ema", "1"])
+    assert bad.exit_code == 2 and "--ema" in bad.output and "0<=x<=0.9999" in bad.output, bad.output
+
+
 def test_modelcli_link_rule_reaches_the_config_for_triples_only(tmp_path, monkeypatch):
     """--link-rule is a triples model's decoding rule: it reaches the config, shows its choices,
     and an NER model (or an NER schema on export) refuses one other than the default."""

@@ -67,6 +67,33 @@ def test_train_refuses_a_token_noise_outside_its_range(tmp_path: Path, rate: flo
         train(TrainConfig(train_path=tmp_path / "none.jsonl", out_dir=tmp_path, token_noise=rate))
 
 
+@pytest.mark.parametrize("decay", [-0.1, 1.0, float("nan")])
+def test_train_refuses_an_ema_outside_its_range(tmp_path: Path, decay: float) -> None:
+    from training.train import TrainConfig, train
+
+    with pytest.raises(ValueError, match="ema"):
+        train(TrainConfig(train_path=tmp_path / "none.jsonl", out_dir=tmp_path, ema=decay))
+
+
+def test_train_weight_average_moves_by_its_decay_and_keeps_the_variables_order() -> None:
+    import tensorflow as tf
+
+    from training.train import WeightAverage
+
+    a, b = tf.Variable([0.0, 4.0]), tf.Variable(8.0)
+    average = WeightAverage([a, b], 0.75)
+    a.assign([4.0, 4.0])
+    b.assign(0.0)
+    average.update()
+    first, second = average.weights()
+    assert first.tolist() == [1.0, 4.0] and second == 6.0  # 0.75 * old + 0.25 * new
+    average.update()
+    assert average.weights()[0].tolist() == [1.75, 4.0]
+    assert a.numpy().tolist() == [4.0, 4.0]  # the model's own weights are not touched
+    with pytest.raises(ValueError, match="decay"):
+        WeightAverage([a], 1.0)
+
+
 def test_train_truncation_drops_triples_past_max_length(tokenizer: Tokenizer) -> None:
     rec = {"text": "一" * 40 + "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
     ex = encode_record(rec, tokenizer, PREDICATES, 32)
@@ -159,10 +186,28 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
+def test_train_max_steps_is_an_exact_stop_across_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.export
     from training.corpus import write_corpus
     from training.gplinker import TINY_BERT_CONFIG
-    from training.train import TrainConfig, train
+    from training.train import TrainConfig, WeightAverage, train
+
+    averaged: list[list[np.ndarray]] = []
+    exported: list[list[np.ndarray]] = []
+    average_of, export = WeightAverage.weights, training.export.export_model_dir
+
+    def spy_average(self: WeightAverage) -> list[np.ndarray]:
+        averaged.append(average_of(self))
+        return averaged[-1]
+
+    def spy_export(build, weights, *args, **kwargs):  # type: ignore[no-untyped-def]
+        exported.append(weights)
+        return export(build, weights, *args, **kwargs)
+
+    monkeypatch.setattr(WeightAverage, "weights", spy_average)
+    monkeypatch.setattr(training.export, "export_model_dir", spy_export)
 
     data = tmp_path / "train.jsonl"
     write_corpus(data, 24, seed=5)
@@ -177,6 +222,7 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
             warmup_steps=2,
             dropout=0.0,
             token_noise=0.2,
+            ema=0.9,
             batch_size=8,
             max_length=64,
             head_size=16,
@@ -187,7 +233,10 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(tmp_path: Path) -> None:
     assert record["steps"] == 7 and record["max_steps"] == 7 and not record["stopped_early"]
     assert record["steps_per_epoch"] < 7  # the run went past one epoch
     assert record["bert_config"]["hidden_dropout_prob"] == 0.0
-    assert record["token_noise"] == 0.2
+    assert record["token_noise"] == 0.2 and record["ema"] == 0.9
+    assert (
+        len(averaged) == len(exported) == 1 and exported[0] is averaged[0]
+    )  # the average is exported
     assert (out / "README.md").read_text(encoding="utf-8") == "notes"  # kept across retraining
 
 
