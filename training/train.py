@@ -245,7 +245,7 @@ class WeightAverage:
         self.shadow = [tf.Variable(v.read_value(), trainable=False) for v in variables]
         pairs = list(zip(self.shadow, variables, strict=True))
 
-        @tf.function  # type: ignore[misc]
+        @tf.function  # type: ignore[untyped-decorator]
         def update() -> None:
             for average, weight in pairs:
                 average.assign(decay * average + (1.0 - decay) * weight)

@@ -51,7 +51,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser(base_url: str) -> Iterator[Any]:
+def browser(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -61,7 +61,11 @@ def browser(base_url: str) -> Iterator[Any]:
                 "--window-size=1000,1100", "--lang=zh-CN"):  # fmt: skip
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations are logged
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    # Chromium's scratch folders (org.chromium.Chromium.*, left behind) go to the test's temporary
+    # folder, which pytest removes, instead of /tmp.
+    env = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    service = Service(executable_path=CHROMEDRIVER, env=env)
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(WAIT_S)
     try:
         yield driver
