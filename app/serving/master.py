@@ -369,6 +369,10 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             except (ValueError, KeyError, TypeError):
                 self.log.warning("unreadable worker report: %r", line[:200])
                 continue
+            if doc.get("state") == "ready":
+                # A worker loaded its model, even one reaped before this report was read (recycled
+                # at once under load): the server has been ready, so a later failure never halts it.
+                self.ever_ready = True
             if pid in self.WORKERS and pid not in self.retiring:
                 self._on_report(pid, doc)
 

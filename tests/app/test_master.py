@@ -392,6 +392,42 @@ def test_master_workers_get_their_generations_settings_by_the_fork(
         assert master.handed_settings() is arbiter.settings
 
 
+def test_master_ready_report_of_a_worker_already_reaped_still_counts() -> None:
+    """A worker recycled right after it became ready may be reaped before the master reads its
+    report: the server has been ready all the same, so its successor's failed load is logged (503s
+    and retries), not a halt. Without the ready report the same failure halts the first start."""
+    from gunicorn.errors import HaltServer
+
+    def arbiter_reading(*docs: dict[str, object]) -> tuple[SpoArbiter, list[str]]:
+        arbiter = object.__new__(SpoArbiter)
+        arbiter._reports_r, write = os.pipe()
+        os.set_blocking(arbiter._reports_r, False)
+        arbiter._partial, arbiter.ever_ready, arbiter.states = b"", False, {}
+        arbiter.pending, arbiter.retiring, arbiter.WORKERS = None, set(), {4243: object()}
+        errors: list[str] = []
+        arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+            error=lambda msg, *args: errors.append(msg % args), warning=print
+        )
+        os.write(write, b"".join(json.dumps(doc).encode() + b"\n" for doc in docs))
+        os.close(write)
+        return arbiter, errors
+
+    failed = {"pid": 4243, "state": "failed", "code": "invalid_manifest", "detail": "gone"}
+    arbiter, errors = arbiter_reading({"pid": 4242, "state": "ready"}, failed)  # 4242 reaped
+    try:
+        arbiter._read_reports()
+    finally:
+        os.close(arbiter._reports_r)
+    assert arbiter.ever_ready
+    assert len(errors) == 1 and "worker 4243 cannot load the model (invalid_manifest" in errors[0]
+    arbiter, _ = arbiter_reading(failed)
+    try:
+        with pytest.raises(HaltServer, match="the model failed to load: invalid_manifest"):
+            arbiter._read_reports()
+    finally:
+        os.close(arbiter._reports_r)
+
+
 def test_master_refuses_a_reload_onto_openvino_under_preloaded_jemalloc() -> None:
     """A master started with jemalloc preloaded cannot serve an openvino model (OpenVINO 2026.4.1
     aborts compiling under it): the reload is refused with the reason, not left to crash workers."""
