@@ -378,8 +378,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
 
     def _on_report(self, pid: int, doc: dict[str, Any]) -> None:
         self.states[pid] = doc
-        if doc.get("state") == "ready":
-            self.ever_ready = True
+        if doc.get("state") == "ready":  # ever_ready is set by _read_reports, for reaped ones too
             return
         reason = f"{doc.get('code')}: {doc.get('detail')}"
         if not self.ever_ready and self.pending is None:
