@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from training import missing_modules
+from training.conversion import check_conversion
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +73,7 @@ def frozen_graph(model_dir: Path) -> tuple[Any, list[str], list[str]]:
 
     from nlp.manifest import load_manifest
 
-    manifest = load_manifest(model_dir)
-    if manifest.engine != "tf":
-        raise OnnxExportError(f"{model_dir} is already an {manifest.engine} model directory")
+    manifest = load_manifest(model_dir)  # export_onnx checked it is an fp32 SavedModel directory
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(model_dir))
@@ -233,14 +232,13 @@ def export_onnx(
 
     if precision not in QUANTIZATIONS:
         raise OnnxExportError(f"precision must be one of {', '.join(QUANTIZATIONS)}")
+    source, out = Path(model_dir), Path(out_dir)
+    check_conversion(source, out, force=force, action="export", error=OnnxExportError)
     _require_tools()
     import onnx
 
     from training.export import staged_model_dir
 
-    source, out = Path(model_dir), Path(out_dir)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists (use --force to replace it)")
     graph_def, inputs, outputs = frozen_graph(source)
     model = convert_graph(graph_def, inputs, outputs, opset)
     document = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from training import missing_modules
+from training.conversion import check_conversion
 
 logger = logging.getLogger(__name__)
 
@@ -61,32 +62,6 @@ def _require_tools() -> None:
 
 def tool_versions() -> dict[str, str]:
     return {name: metadata.version(name) for name in TOOLS}
-
-
-def _check_source(model_dir: Path) -> Any:
-    """The source's manifest, if it is an fp32 SavedModel directory; ``OpenVinoExportError`` else."""
-    from nlp.errors import SpoError
-    from nlp.manifest import load_manifest
-
-    if not model_dir.exists():
-        raise OpenVinoExportError(f"model directory not found: {model_dir}")
-    if not model_dir.is_dir():
-        raise OpenVinoExportError(f"{model_dir} is a file, not a model directory")
-    try:
-        manifest = load_manifest(model_dir)
-    except SpoError as exc:
-        raise OpenVinoExportError(f"{model_dir} is not a usable model directory: {exc}") from None
-    if manifest.engine != "tf":
-        raise OpenVinoExportError(
-            f"{model_dir} is already an {manifest.engine} model directory; export the SavedModel "
-            "it was made from"
-        )
-    if manifest.precision != "fp32":
-        raise OpenVinoExportError(
-            f"{model_dir} is an {manifest.precision} SavedModel (spo quantize); export its fp32 "
-            "parent (--precision int8 quantizes with NNCF)"
-        )
-    return manifest
 
 
 def _tensorflow_environment() -> None:
@@ -248,13 +223,9 @@ def export_openvino(
     if precision == "fp32" and calibration is not None:
         raise OpenVinoExportError("--calibration is for --precision int8 only")
     source, out = Path(model_dir), Path(out)
-    manifest = _check_source(source)
-    if out.resolve() == source.resolve():
-        raise OpenVinoExportError(f"OUT {out} is the model directory itself: choose another")
-    if out.exists() and not force:
-        raise OpenVinoExportError(f"{out} exists (use --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise OpenVinoExportError(f"{out} exists and is not a directory")
+    manifest = check_conversion(
+        source, out, force=force, action="export", error=OpenVinoExportError
+    )
     _require_tools()
     texts: tuple[str, ...] = ()
     if precision == "int8":  # before the conversion: a bad calibration file fails fast

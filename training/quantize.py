@@ -5,8 +5,9 @@ the server never imports this module and serves the result with TensorFlow alone
 
 What it does, in order:
 
-1. Checks every input before any work: the parent is an fp32 model directory (an int8 one is
-   refused), the output directory is free (or ``force``), the calibration texts are non-empty.
+1. Checks every input before any work: the parent is an fp32 SavedModel directory and the output
+   directory is free (or ``force``), as every converter checks them (``training.conversion``), and
+   the calibration texts are non-empty.
 2. Loads the parent's SavedModel in a ``compat.v1`` session and freezes it exactly as
    ``nlp.runtime`` does for bf16 (variables become constants, Dense bias-adds move before their
    reshapes, so each MatMul + BiasAdd pair is one pattern the quantizer can fuse).
@@ -42,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from nlp.errors import ManifestError
 from nlp.manifest import MANIFEST_NAME, Manifest, load_manifest, write_manifest
+from training.conversion import check_conversion
 
 logger = logging.getLogger(__name__)
 
@@ -151,38 +152,6 @@ def demo_calibration(
         f"demo corpus (spo make-corpus FILE --n {count} --seed {seed})",
         found.sha256,
     )
-
-
-def check_parent(model_dir: str | Path) -> Manifest:
-    """The parent's manifest, if it is an fp32 model directory; ``QuantizeError`` otherwise."""
-    directory = Path(model_dir)
-    if not directory.exists():
-        raise QuantizeError(f"model directory not found: {directory}")
-    if not directory.is_dir():
-        raise QuantizeError(f"{directory} is a file, not a model directory")
-    try:
-        manifest = load_manifest(directory)
-    except ManifestError as exc:
-        raise QuantizeError(f"{directory} is not a usable model directory: {exc}") from None
-    if manifest.precision != "fp32":
-        made = manifest.quantization or {}
-        by = f" by {made.get('tool', '?')} {made.get('tool_version', '')}".rstrip()
-        raise QuantizeError(
-            f"{directory} is already quantized ({manifest.precision}{by}); quantize its fp32 "
-            "parent instead"
-        )
-    return manifest
-
-
-def check_out_dir(out_dir: str | Path, model_dir: str | Path, *, force: bool) -> Path:
-    out = Path(out_dir)
-    if out.resolve() == Path(model_dir).resolve():
-        raise QuantizeError(f"OUT_DIR {out} is the model directory itself: choose another")
-    if out.exists() and not force:
-        raise QuantizeError(f"{out} exists (use --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise QuantizeError(f"{out} exists and is not a directory")
-    return out
 
 
 def tool_version() -> str:
@@ -455,8 +424,10 @@ def quantize(
     force: bool = False,
 ) -> Path:
     """Write the int8 model of fp32 ``model_dir`` to ``out_dir`` (see the module docstring)."""
-    parent = check_parent(model_dir)
-    out = check_out_dir(out_dir, model_dir, force=force)
+    parent = check_conversion(
+        model_dir, out_dir, force=force, action="quantize", error=QuantizeError
+    )
+    out = Path(out_dir)
     version = tool_version()
     from nlp.engine import int8_support
 

@@ -376,8 +376,6 @@ def export_onnx_command(
     from nlp.errors import ModelLoadError
     from training.onnx_export import OnnxExportError, export_onnx
 
-    if out.exists() and not force:
-        raise click.ClickException(f"{out} exists (use --force to replace it)")
     try:
         result = export_onnx(model_dir, out, precision=precision, opset=opset, force=force)
     except (OnnxExportError, ModelLoadError) as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,8 @@ from app.cli import main
 from nlp import engine
 from tests import PROJECT_ROOT
 from training import quantize as quantize_module
-from training.quantize import QuantizeError, check_out_dir, check_parent, read_calibration
+from training.conversion import check_conversion
+from training.quantize import QuantizeError, read_calibration
 
 DEMO = PROJECT_ROOT / "models" / "demo"
 EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
@@ -86,42 +86,6 @@ def test_quantize_default_calibration_is_the_demo_corpus() -> None:
 
 
 # -- model directories -------------------------------------------------------------------------
-
-
-def test_quantize_refuses_a_missing_or_foreign_directory(tmp_path: Path) -> None:
-    with pytest.raises(QuantizeError, match="model directory not found"):
-        check_parent(tmp_path / "nope")
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(QuantizeError, match="is a file, not a model directory"):
-        check_parent(tmp_path / "file")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(QuantizeError, match=r"not a usable model directory: .*model\.json"):
-        check_parent(tmp_path / "empty")
-
-
-def test_quantize_refuses_an_int8_model(triples_model_dir: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "int8"
-    shutil.copytree(triples_model_dir, copy)
-    doc = json.loads((copy / "model.json").read_text(encoding="utf-8"))
-    doc["precision"] = "int8"
-    doc["quantization"] = {"tool": "neural-compressor-tf", "tool_version": "3.10"}
-    (copy / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-    with pytest.raises(
-        QuantizeError, match=r"already quantized \(int8 by neural-compressor-tf 3\.10"
-    ):
-        check_parent(copy)
-
-
-def test_quantize_refuses_an_existing_out_dir_without_force(
-    triples_model_dir: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    with pytest.raises(QuantizeError, match=r"exists \(use --force"):
-        check_out_dir(out, triples_model_dir, force=False)
-    assert check_out_dir(out, triples_model_dir, force=True) == out
-    with pytest.raises(QuantizeError, match="is the model directory itself"):
-        check_out_dir(triples_model_dir, triples_model_dir, force=True)
 
 
 def test_quantize_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,7 +179,10 @@ def test_quantize_writes_an_int8_model_directory_that_records_its_making(
     assert (int8_demo_dir / "saved_model.pb").stat().st_size < 2_000_000
     # What a quantized model does not do: be quantized again, or run as anything but int8.
     with pytest.raises(QuantizeError, match="already quantized"):
-        check_parent(int8_demo_dir)
+        check_conversion(
+            int8_demo_dir, int8_demo_dir.parent / "again", force=False, action="quantize",
+            error=QuantizeError,
+        )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -1,0 +1,124 @@
+"""``training.conversion``: the checks ``spo quantize``, ``spo export-onnx`` and ``spo export-openvino``
+share, and that each command makes them (before it needs its optional extra, so these run anywhere)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main as cli
+from nlp.manifest import sha256_file
+from training.conversion import check_conversion
+
+COMMANDS = ("quantize", "export-onnx", "export-openvino")
+
+
+class Refused(Exception):
+    pass
+
+
+def _edit_manifest(directory: Path, **changes: object) -> None:
+    doc = json.loads((directory / "model.json").read_text(encoding="utf-8"))
+    doc.update(changes)
+    (directory / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.fixture
+def sources(triples_model_dir: Path, tmp_path: Path) -> dict[str, Path]:
+    """An fp32 SavedModel directory and every kind of source a converter must refuse."""
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    onnx_like = tmp_path / "onnx"
+    shutil.copytree(triples_model_dir, onnx_like)
+    shutil.rmtree(onnx_like / "variables")
+    (onnx_like / "saved_model.pb").unlink()
+    (onnx_like / "model.onnx").write_bytes(b"x")
+    engine = {"name": "onnx", "file": "model.onnx", "opset": 17, "precision": "fp32",
+              "sha256": sha256_file(onnx_like / "model.onnx"), "tools": {}}  # fmt: skip
+    _edit_manifest(onnx_like, engine=engine)
+    int8_like = tmp_path / "int8"
+    shutil.copytree(triples_model_dir, int8_like)
+    quantization = {"tool": "neural-compressor-tf", "tool_version": "3.10"}
+    _edit_manifest(int8_like, precision="int8", quantization=quantization)
+    return {
+        "fp32": triples_model_dir,
+        "missing": tmp_path / "missing",
+        "file": tmp_path / "file",
+        "empty": tmp_path / "empty",
+        "onnx": onnx_like,
+        "int8": int8_like,
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("missing", "model directory not found: "),
+        ("file", "is a file, not a model directory"),
+        ("empty", r"is not a usable model directory: .*model\.json"),
+        (
+            "onnx",
+            r"already an onnx model directory \(no SavedModel in it\); quantize the SavedModel",
+        ),
+        (
+            "int8",
+            r"already quantized \(int8 by neural-compressor-tf 3\.10\); quantize its fp32 parent",
+        ),
+    ],
+)
+def test_conversion_refuses_every_source_but_an_fp32_savedmodel(
+    sources: dict[str, Path], tmp_path: Path, source: str, message: str
+) -> None:
+    with pytest.raises(Refused, match=message):
+        check_conversion(
+            sources[source], tmp_path / "out", force=True, action="quantize", error=Refused
+        )
+
+
+def test_conversion_output_is_free_or_forced_never_the_source(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    fp32 = sources["fp32"]
+    manifest = check_conversion(fp32, tmp_path / "out", force=False, action="x", error=Refused)
+    assert manifest.engine == "tf" and manifest.precision == "fp32"
+    (tmp_path / "out").mkdir()
+    with pytest.raises(Refused, match=r"out exists \(use --force to replace it\)"):
+        check_conversion(fp32, tmp_path / "out", force=False, action="x", error=Refused)
+    assert check_conversion(fp32, tmp_path / "out", force=True, action="x", error=Refused)
+    with pytest.raises(Refused, match="exists and is not a directory"):
+        check_conversion(fp32, sources["file"], force=True, action="x", error=Refused)
+    # Spelled another way, and forced: still the source, still refused.
+    for same in (fp32, fp32 / ".." / fp32.name):
+        with pytest.raises(Refused, match="is the model directory itself"):
+            check_conversion(fp32, same, force=True, action="x", error=Refused)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_converter_refuses_a_converted_source_in_one_line(
+    sources: dict[str, Path], tmp_path: Path, command: str
+) -> None:
+    for source, message in (
+        ("onnx", "already an onnx model directory"),
+        ("int8", "already quantized (int8 by neural-compressor-tf 3.10)"),
+    ):
+        result = CliRunner().invoke(cli, [command, str(sources[source]), str(tmp_path / "out")])
+        assert result.exit_code == 1, result.output
+        assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_converter_writes_over_its_own_source_even_forced(
+    sources: dict[str, Path], command: str
+) -> None:
+    fp32 = sources["fp32"]
+    before = {p.relative_to(fp32): sha256_file(p) for p in fp32.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(cli, [command, str(fp32), str(fp32), "--force"])
+    assert result.exit_code == 1, result.output
+    assert "is the model directory itself" in result.output
+    after = {p.relative_to(fp32): sha256_file(p) for p in fp32.rglob("*") if p.is_file()}
+    assert after == before
