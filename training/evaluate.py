@@ -17,6 +17,7 @@ per pattern: a pattern's scores count every triple of the records tagged with it
 
 from __future__ import annotations
 
+import codecs
 import json
 import unicodedata
 from collections import Counter
@@ -207,15 +208,27 @@ def score_by_pattern(
     }
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (blank lines skipped), checked enough to be scored:
-    an object with a ``text`` string; ``triples``, ``entities`` and ``patterns`` optional.
+def read_records(
+    path: Path, check: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (UTF-8, a byte-order mark allowed; blank lines skipped),
+    checked enough to be scored or trained on: an object with a ``text`` string and ``triples``
+    and/or ``entities`` (a record with no facts says ``"triples": []``), ``patterns`` optional;
+    then ``check`` (``labels_check``: what a given model can find), if given.
 
-    Raises ``DataError`` naming the line of the first bad record.
+    Raises ``DataError`` naming the line of the first bad record, or the file when it has none.
     """
     records: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}, line {number}: not UTF-8 (byte {exc.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -225,9 +238,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 raise DataError(f"{path}, line {number}: {problem}") from None
             try:
                 _check_record(record)
+                if check is not None:
+                    check(record)
             except ValueError as exc:
                 raise DataError(f"{path}, line {number}: {exc}") from None
             records.append(record)
+    if not records:
+        raise DataError(f"{path}: no records (the file is empty or blank)")
     return records
 
 
@@ -236,6 +253,10 @@ def _check_record(record: Any) -> None:
         raise ValueError("not a JSON object")
     if not isinstance(record.get("text"), str):
         raise ValueError("no 'text' string")
+    if "triples" not in record and "entities" not in record:
+        raise ValueError(
+            "neither 'triples' nor 'entities' (a record with no facts says \"triples\": [])"
+        )
     for key, size in (("triples", 3), ("entities", 2)):
         items = record.get(key, [])
         if not isinstance(items, list) or not all(
@@ -246,6 +267,61 @@ def _check_record(record: Any) -> None:
     tags = record.get("patterns", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) and t.strip() for t in tags):
         raise ValueError("'patterns' is not a list of non-empty strings")
+
+
+def labels_check(
+    task: str, labels: Sequence[str] | None = None
+) -> Callable[[dict[str, Any]], None]:
+    """A ``read_records`` check for a model of ``task``: every argument or entity a record uses is
+    a non-empty part of its text (a model answers spans of the text, so no model could find it);
+    an entities model given only triples types their arguments by the demo schema
+    (``training.schema.triple_entities``), whose predicates they must then use. With ``labels``
+    (what training uses), every predicate (triples) or entity type (entities) must also be one of
+    them: training on a label the model has no head for would drop it unsaid. Scoring takes any
+    label (a predicate the model lacks is a row of misses in its table).
+
+    >>> check = labels_check("triples", ["作者"])
+    >>> check({"text": "《家》的作者是巴金。", "triples": [["家", "作者", "巴金"]]})
+    >>> check({"text": "《家》的作者是巴金。", "triples": [["家", "作曲", "巴金"]]})
+    Traceback (most recent call last):
+    ...
+    ValueError: predicate '作曲' is not one of the model's 1 predicates (作者)
+    """
+    from training.schema import SCHEMA
+
+    kind = "predicate" if task == Task.TRIPLES else "entity type"
+    shown = "" if labels is None else ", ".join(labels[:6]) + (", ..." if len(labels) > 6 else "")
+    demo = {p for p, _, _ in SCHEMA}
+
+    def labelled(label: str) -> None:
+        if labels is not None and label not in labels:
+            raise ValueError(
+                f"{kind} {label!r} is not one of the model's {len(labels)} {kind}s ({shown})"
+            )
+
+    def in_text(text: str, name: str, where: str) -> None:
+        if not name.strip() or name not in text:
+            raise ValueError(f"{where}: {name!r} is not in the text")
+
+    def check(record: dict[str, Any]) -> None:
+        text = record["text"]
+        if task == Task.ENTITIES and "entities" in record:
+            for name, type_ in record["entities"]:
+                labelled(type_)
+                in_text(text, name, f"entity [{name}, {type_}]")
+            return
+        for s, p, o in record.get("triples", []):
+            if task == Task.TRIPLES:
+                labelled(p)
+            elif p not in demo:
+                raise ValueError(
+                    f"predicate {p!r} is not one of the demo schema's, which types the arguments "
+                    "of a record without 'entities': give the record its 'entities'"
+                )
+            for name in (s, o):
+                in_text(text, name, f"triple [{s}, {p}, {o}]")
+
+    return check
 
 
 def gold_triples(record: dict[str, Any]) -> set[TripleKey]:
@@ -282,6 +358,14 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
                 {(t.subject.span.text, t.predicate, t.object.span.text) for t in extraction.triples}
             )
     return out
+
+
+def _findable_by(model_dir: str | Path) -> Callable[[dict[str, Any]], None]:
+    """``labels_check`` for the model in ``model_dir``, any label (its manifest only: nothing is
+    loaded)."""
+    from nlp.manifest import load_manifest
+
+    return labels_check(load_manifest(model_dir).task)
 
 
 def model_precision(model_dir: str | Path) -> str:
@@ -372,7 +456,7 @@ def evaluate(
     ``[start, end, type, text]``). ``precision`` ``None``: the model's own (fp32, or int8 for a
     quantized directory).
     """
-    records = read_records(Path(data_path))
+    records = read_records(Path(data_path), check=_findable_by(model_dir))
     run = _predict(model_dir, precision, records)
     shown = SCORING[run.task].shown
 
@@ -419,7 +503,7 @@ def compare(
     baseline_precision: str | None = None,
 ) -> Comparison:
     """Scores of both models on ``data_path``, and on how many texts their results are identical."""
-    records = read_records(Path(data_path))
+    records = read_records(Path(data_path), check=_findable_by(model_dir))
     run = _predict(model_dir, precision, records)
     reference = _predict(baseline_dir, baseline_precision, records).predicted
     same = sum(p == r for p, r in zip(run.predicted, reference, strict=True))

@@ -34,6 +34,7 @@ from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
 from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
 from training.config import DEFAULT_NAMES, MAX_EMA, MAX_TOKEN_NOISE, TrainConfig
+from training.evaluate import labels_check, read_records
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -290,8 +291,9 @@ def train(config: TrainConfig) -> Path:
     )
     lengths = [x for x in TRAIN_LENGTHS if x < config.max_length] + [config.max_length]
 
-    with config.train_path.open(encoding="utf-8") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
+    # Checked before any work: a line that is not a record, a predicate (an entity type) the
+    # schema lacks, an argument not in its text: DataError naming the line.
+    records = read_records(config.train_path, check=labels_check(config.task, labels))
     encode = {Task.TRIPLES: encode_record, Task.ENTITIES: encode_entities}[task]
     examples = [encode(r, tokenizer, labels, config.max_length) for r in records]
     logger.info("%d %s training examples from %s", len(examples), config.task, config.train_path)

@@ -180,7 +180,12 @@ def train_command(
     link_rule: str,
     seed: int,
 ) -> None:
-    """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out."""
+    """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out.
+
+    TRAIN_PATH: JSON lines as spo make-corpus writes them ({"text", "triples", "entities"}), checked
+    before training starts; a bad line is named and nothing is trained.
+    """
+    from training.evaluate import DataError
     from training.train import train
 
     if task != Task.TRIPLES and link_rule != LINK_RULES[0]:
@@ -195,26 +200,28 @@ def train_command(
     if out is None:
         out = Path("models", DEFAULT_NAMES[task])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    result = train(
-        TrainConfig(
-            train_path=train_path,
-            out_dir=out,
-            epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=lr,
-            warmup_steps=warmup,
-            max_steps=max_steps,
-            dropout=dropout,
-            token_noise=token_noise,
-            ema=ema,
-            max_minutes=max_minutes,
-            seed=seed,
-            task=task,
-            threshold=threshold,
-            link_rule=link_rule,
-            bert_config=bert_config,
-        )
+    config = TrainConfig(
+        train_path=train_path,
+        out_dir=out,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=lr,
+        warmup_steps=warmup,
+        max_steps=max_steps,
+        dropout=dropout,
+        token_noise=token_noise,
+        ema=ema,
+        max_minutes=max_minutes,
+        seed=seed,
+        task=task,
+        threshold=threshold,
+        link_rule=link_rule,
+        bert_config=bert_config,
     )
+    try:
+        result = train(config)
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"model written to {result}")
 
 

@@ -1,6 +1,7 @@
 import json
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from app.cli import main
@@ -12,7 +13,7 @@ EVERYDAY = "tests/training/data/everyday.jsonl"
 def test_evaluate_reports_scores_at_the_chosen_precision(triples_model_dir, tmp_path):
     data = tmp_path / "one.jsonl"
     data.write_text(
-        json.dumps({"text": "张三出生于北京。", "spo_list": []}, ensure_ascii=False) + "\n",
+        json.dumps({"text": "张三出生于北京。", "triples": []}, ensure_ascii=False) + "\n",
         encoding="utf-8",
     )
     result = CliRunner().invoke(
@@ -82,10 +83,12 @@ def test_evaluate_reports_scores_per_type_for_an_entities_model(entities_model_d
 
 def test_evaluate_refuses_a_bad_record_naming_its_line(tmp_path):
     data = tmp_path / "bad.jsonl"
-    data.write_text('{"text": "张三出生于北京。"}\n{"text": "x", "patterns": "plain"}\n')
+    data.write_text(
+        '{"text": "张三出生于北京。", "triples": []}\n{"text": "x", "patterns": "plain"}\n'
+    )
     result = CliRunner().invoke(main, ["evaluate", str(data)])
     assert result.exit_code == 1
-    assert "line 2: 'patterns' is not a list" in result.output
+    assert "line 2: neither 'triples' nor 'entities'" in result.output
     assert "Traceback" not in result.output
 
 
@@ -210,3 +213,31 @@ def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
                                         "--schema", str(corpus), "--out", str(tmp_path / "x"),
                                         "--threshold", bad_value])  # fmt: skip
         assert bad.exit_code == 2 and "not a finite number" in bad.output, bad.output
+
+
+@pytest.mark.timeout(300)  # the empty file once looped for ever: fail, do not hang
+def test_modelcli_train_refuses_bad_data_naming_the_line_before_training(tmp_path):
+    """A corpus spo train cannot learn from is refused in one line, nothing trained or written:
+    an empty file (once an endless loop), bytes that are not UTF-8, a line that is not a record, a
+    predicate (an entity type) the model has no head for, an argument that is not in its text."""
+    good = '{"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}\n'
+    cases = [
+        ("", [], "no records (the file is empty or blank)"),
+        (good + "\xff\n", [], "line 2: not UTF-8"),
+        (good + "[1]\n", [], "line 2: not a JSON object"),
+        (good + '{"text": "张三的籍贯是北京", "triples": [["张三", "老家", "北京"]]}\n', [],
+         "line 2: predicate '老家' is not one of the model's 24 predicates"),
+        ('{"text": "张三出生于北京。", "triples": [["张三", "出生地", "上海"]]}\n', [],
+         "line 1: triple [张三, 出生地, 上海]: '上海' is not in the text"),
+        ('{"text": "北京", "entities": [["北京", "城市"]]}\n', ["--task", "entities"],
+         "line 1: entity type '城市' is not one of the model's"),
+    ]  # fmt: skip
+    for number, (content, options, message) in enumerate(cases):
+        corpus = tmp_path / f"c{number}.jsonl"
+        corpus.write_bytes(content.encode("utf-8").replace(b"\xc3\xbf", b"\xff"))
+        out = tmp_path / f"m{number}"
+        args = ["train", str(corpus), "--out", str(out), "--max-steps", "1", *options]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1, result.output
+        assert message in result.output and "Traceback" not in result.output, result.output
+        assert not out.exists()

@@ -1,3 +1,4 @@
+import codecs
 import doctest
 import hashlib
 import json
@@ -15,6 +16,7 @@ from training.evaluate import (
     Report,
     gold_entities,
     gold_triples,
+    labels_check,
     read_records,
     score,
     score_by_label,
@@ -198,21 +200,63 @@ def test_evaluate_report_text_is_aligned_tables_with_chinese_labels() -> None:
         ('{"triples": []}', "line 2: no 'text' string"),
         ('{"text": "x", "triples": [["a", "b"]]}', "line 2: 'triples' is not a list of [string"),
         ('{"text": "x", "entities": [["a", 1]]}', "line 2: 'entities' is not a list of [string"),
-        ('{"text": "x", "patterns": "passive"}', "line 2: 'patterns' is not a list"),
-        ('{"text": "x", "patterns": ["passive", ""]}', "line 2: 'patterns' is not a list"),
+        ('{"text": "x", "triples": [], "patterns": "passive"}', "line 2: 'patterns' is not a list"),
+        ('{"text": "x", "triples": [], "patterns": ["a", ""]}', "line 2: 'patterns' is not a list"),
+        ('{"text": "x", "spo_list": []}', "line 2: neither 'triples' nor 'entities'"),
+        ("\udcff", "line 2: not UTF-8 (byte 1)"),
     ],
 )
 def test_evaluate_read_records_names_the_bad_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "data.jsonl"
-    path.write_text('{"text": "张三出生于北京。", "triples": []}\n' + line + "\n", encoding="utf-8")
+    first = '{"text": "张三出生于北京。", "triples": []}\n'
+    # surrogateescape: "\udcff" writes the lone byte 0xff, which no UTF-8 text holds.
+    path.write_bytes((first + line + "\n").encode("utf-8", errors="surrogateescape"))
     with pytest.raises(DataError, match=re.escape(message)):
         read_records(path)
 
 
 def test_evaluate_read_records_skips_blank_lines_and_keeps_other_fields(tmp_path: Path) -> None:
     path = tmp_path / "data.jsonl"
-    path.write_text('\n{"text": "a", "spo_list": [], "patterns": ["chat"]}\n\n', encoding="utf-8")
-    assert read_records(path) == [{"text": "a", "spo_list": [], "patterns": ["chat"]}]
+    path.write_text('\n{"text": "a", "triples": [], "id": 7}\n\n', encoding="utf-8")
+    assert read_records(path) == [{"text": "a", "triples": [], "id": 7}]
+    # A byte-order mark (as Windows editors write it) and CRLF line ends are read as text.
+    path.write_bytes(codecs.BOM_UTF8 + b'{"text": "a", "triples": []}\r\n')
+    assert read_records(path) == [{"text": "a", "triples": []}]
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"])
+def test_evaluate_read_records_refuses_a_file_without_records(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=r"data\.jsonl: no records \(the file is empty or blank\)"):
+        read_records(path)
+
+
+@pytest.mark.parametrize(
+    ("task", "record", "message"),
+    [
+        ("triples", {"triples": [["张三", "籍贯", "北京"]]}, "predicate '籍贯' is not one of the model's 2 predicates (出生地, 国籍)"),
+        ("triples", {"triples": [["张三", "出生地", "上海"]]}, "triple [张三, 出生地, 上海]: '上海' is not in the text"),
+        ("triples", {"triples": [["", "出生地", "北京"]]}, "triple [, 出生地, 北京]: '' is not in the text"),
+        ("entities", {"entities": [["北京", "城市"]]}, "entity type '城市' is not one of the model's 2 entity types (人物, 地点)"),
+        ("entities", {"entities": [["上海", "地点"]]}, "entity [上海, 地点]: '上海' is not in the text"),
+        ("entities", {"triples": [["张三", "籍贯", "北京"]]}, "predicate '籍贯' is not one of the demo schema's"),
+        ("entities", {"triples": [["张三", "出生地", "上海"]]}, "triple [张三, 出生地, 上海]: '上海' is not in the text"),
+    ],
+)  # fmt: skip
+def test_labels_check_refuses_what_the_model_could_never_find(
+    tmp_path: Path, task: str, record: dict[str, object], message: str
+) -> None:
+    labels = {"triples": ["出生地", "国籍"], "entities": ["人物", "地点"]}[task]
+    check = labels_check(task, labels)  # as training checks
+    good = {"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
+    check(good)
+    check({**good, "entities": [["张三", "人物"], ["北京", "地点"]]})
+    path = tmp_path / "data.jsonl"
+    lines = [good, {"text": "张三出生于北京。", **record}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), "utf-8")
+    with pytest.raises(DataError, match=re.escape(f"line 2: {message}")):
+        read_records(path, check=check)
 
 
 def test_evaluate_doctests() -> None:
