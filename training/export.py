@@ -155,6 +155,43 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
     return Task.TRIPLES, list(predicates.values())
 
 
+# What bert4keras's BERT needs from a bert_config.json (the rest has defaults).
+BERT_CONFIG_INTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def read_bert_config(path: str | Path, vocab_tokens: int) -> dict[str, Any]:
+    """The encoder config of ``path`` (a BERT ``bert_config.json``), checked enough to build the
+    model: the sizes positive integers, the width a multiple of the heads, ``hidden_act`` named,
+    and ``vocab_size`` (the vocab's token count when absent) at least the vocab's ``vocab_tokens``,
+    whose ids must all have an embedding row. ``ValueError`` naming the file otherwise."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the bert config: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: a bert config is a JSON object")
+    config.setdefault("vocab_size", vocab_tokens)
+    for key in (*BERT_CONFIG_INTS, "vocab_size"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ValueError(
+            f"{path}: hidden_size {config['hidden_size']} is not a multiple of "
+            f"num_attention_heads {config['num_attention_heads']}"
+        )
+    if not isinstance(config.get("hidden_act"), str) or not config["hidden_act"]:
+        raise ValueError(f"{path}: 'hidden_act' must name an activation (\"gelu\")")
+    if config["vocab_size"] < vocab_tokens:
+        raise ValueError(
+            f"{path}: vocab_size {config['vocab_size']} is smaller than the vocab's "
+            f"{vocab_tokens} tokens: pass the vocab the model was trained with (--vocab)"
+        )
+    return config
+
+
 def export_user_model(
     *,
     bert_config_path: str | Path,
@@ -182,15 +219,21 @@ def export_user_model(
     from nlp.manifest import manifest_document, sha256_file
     from training.gplinker import build_gplinker, build_ner
 
-    config = json.loads(Path(bert_config_path).read_text(encoding="utf-8"))
+    vocab = Path(vocab_path)
+    with vocab.open(encoding="utf-8") as fh:
+        tokens = sum(1 for _ in fh)
+    config = read_bert_config(bert_config_path, tokens)
     task, items = read_schema(schema_path)
     if task is not Task.TRIPLES and link_rule != "both":
         raise ValueError(
             f"{schema_path}: a link rule is for triples models, and this schema makes an {task} model"
         )
-    vocab = Path(vocab_path)
-    if "vocab_size" not in config:
-        config["vocab_size"] = sum(1 for _ in vocab.open(encoding="utf-8"))
+    weights = Path(weights_path)
+    if not weights.is_file() and not Path(f"{weights}.index").is_file():
+        raise ValueError(
+            f"{weights}: no such weights file (an .h5 / .weights.h5 file, or a TF checkpoint "
+            "prefix with its .index beside it)"
+        )
 
     builders = {Task.TRIPLES: build_gplinker, Task.ENTITIES: build_ner}
 
@@ -198,7 +241,15 @@ def export_user_model(
         return builders[task](config, len(items), head_size=head_size)
 
     model = build()
-    model.load_weights(str(weights_path))
+    try:
+        model.load_weights(str(weights))
+    except Exception as exc:  # h5py, TF checkpoint and Keras shape errors: each its own type
+        labels = "predicates" if task is Task.TRIPLES else "entity types"
+        raise ValueError(
+            f"{weights}: cannot load these weights into a {task} model of {len(items)} {labels} "
+            f"(--schema), head size {head_size} (--head-size) and the encoder of "
+            f"{bert_config_path} (--bert-config): {type(exc).__name__}: {exc}"
+        ) from None
     document = manifest_document(
         name=name,
         version=version,

@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,61 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
         finite = np.isfinite(want)
         np.testing.assert_array_equal(np.isfinite(got), finite)
         np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("{", "not JSON (Expecting property name"),
+        ("[1]", "a bert config is a JSON object"),
+        ({"hidden_size": None}, "'hidden_size' must be a positive integer, got None"),
+        ({"num_hidden_layers": 0}, "'num_hidden_layers' must be a positive integer, got 0"),
+        ({"intermediate_size": True}, "'intermediate_size' must be a positive integer, got True"),
+        ({"num_attention_heads": 3}, "hidden_size 32 is not a multiple of num_attention_heads 3"),
+        ({"hidden_act": ""}, "'hidden_act' must name an activation"),
+        ({"vocab_size": 5}, "vocab_size 5 is smaller than the vocab's"),
+    ],
+)
+def test_export_user_model_refuses_a_bert_config_it_cannot_build(
+    tmp_path: Path, vocab_path: Path, config: str | dict[str, object], message: str
+) -> None:
+    """Before, an incomplete config ended in bert4keras's TypeError; now the file is named."""
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG
+
+    path = tmp_path / "bert_config.json"
+    text = config if isinstance(config, str) else json.dumps({**TINY_BERT_CONFIG, **config})
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        export_user_model(
+            bert_config_path=path, weights_path=tmp_path / "w.h5",
+            schema_path=_write_schema(tmp_path / "schema", "json-list"),
+            out_dir=tmp_path / "out", vocab_path=vocab_path,
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_user_model_refuses_missing_or_mismatched_weights(
+    tmp_path: Path, vocab_path: Path
+) -> None:
+    """Weights that are not there, or saved from a model of another shape (here: one predicate
+    more than the schema names), are refused naming what has to match, never a Keras traceback."""
+    import nlp  # noqa: F401
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG, build_gplinker
+
+    config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+    schema = _write_schema(tmp_path / "schema", "json-list")
+    weights = tmp_path / "other.weights.h5"
+    build_gplinker(config, len(TINY_PREDICATES) + 1, head_size=16).save_weights(str(weights))
+    common = {"bert_config_path": tmp_path / "bert_config.json", "schema_path": schema,
+              "out_dir": tmp_path / "out", "vocab_path": vocab_path, "head_size": 16}  # fmt: skip
+    with pytest.raises(ValueError, match="no such weights file"):
+        export_user_model(weights_path=tmp_path / "missing.h5", **common)
+    with pytest.raises(
+        ValueError,
+        match=rf"cannot load these weights into a triples model of {len(TINY_PREDICATES)}",
+    ):
+        export_user_model(weights_path=weights, **common)
+    assert not (tmp_path / "out").exists()
