@@ -60,6 +60,10 @@ class DataError(ValueError):
     """A records file that cannot be scored (the message names the file and the line)."""
 
 
+class MismatchError(ValueError):
+    """Two models that cannot be compared on one file (``compare``): they answer different tasks."""
+
+
 @dataclass(frozen=True)
 class Scores:
     true_positives: int
@@ -502,7 +506,16 @@ def compare(
     precision: str | None = None,
     baseline_precision: str | None = None,
 ) -> Comparison:
-    """Scores of both models on ``data_path``, and on how many texts their results are identical."""
+    """Scores of both models on ``data_path``, and on how many texts their results are identical.
+    Both must answer the same task (``MismatchError``): triples and entities share no result."""
+    from nlp.manifest import load_manifest
+
+    tasks = load_manifest(model_dir).task, load_manifest(baseline_dir).task
+    if tasks[0] != tasks[1]:
+        raise MismatchError(
+            f"{model_dir} answers {tasks[0]} and the baseline {baseline_dir} answers {tasks[1]}: "
+            "compare two models of one task"
+        )
     records = read_records(Path(data_path), check=_findable_by(model_dir))
     run = _predict(model_dir, precision, records)
     reference = _predict(baseline_dir, baseline_precision, records).predicted

@@ -219,15 +219,15 @@ def export_user_model(
     from nlp.manifest import manifest_document, sha256_file
     from training.gplinker import build_gplinker, build_ner
 
-    vocab = Path(vocab_path)
-    with vocab.open(encoding="utf-8") as fh:
-        tokens = sum(1 for _ in fh)
-    config = read_bert_config(bert_config_path, tokens)
     task, items = read_schema(schema_path)
     if task is not Task.TRIPLES and link_rule != "both":
         raise ValueError(
             f"{schema_path}: a link rule is for triples models, and this schema makes an {task} model"
         )
+    vocab = Path(vocab_path)
+    with vocab.open(encoding="utf-8") as fh:
+        tokens = sum(1 for _ in fh)
+    config = read_bert_config(bert_config_path, tokens)
     weights = Path(weights_path)
     if not weights.is_file() and not Path(f"{weights}.index").is_file():
         raise ValueError(

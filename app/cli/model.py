@@ -279,7 +279,7 @@ def evaluate_command(
     results are identical (how an int8 model is checked against its fp32 parent).
     """
     from nlp.errors import ModelLoadError
-    from training.evaluate import DataError, compare, evaluate
+    from training.evaluate import DataError, MismatchError, compare, evaluate
 
     try:
         if baseline_dir is not None:
@@ -297,7 +297,7 @@ def evaluate_command(
             click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
             return
         scores, errors = evaluate(model_dir, data_path, precision=precision)
-    except (ModelLoadError, DataError) as exc:
+    except (ModelLoadError, DataError, MismatchError) as exc:
         raise click.ClickException(str(exc)) from exc
     if errors_path is not None:
         with errors_path.open("w", encoding="utf-8") as fh:

@@ -241,3 +241,14 @@ def test_modelcli_train_refuses_bad_data_naming_the_line_before_training(tmp_pat
         assert result.exit_code == 1, result.output
         assert message in result.output and "Traceback" not in result.output, result.output
         assert not out.exists()
+
+
+def test_evaluate_refuses_a_baseline_of_another_task(triples_model_dir, entities_model_dir):
+    """A triples model against an entities baseline once printed F1 0 for the baseline and 0%
+    identical texts, as if it were a result; the two share no result to compare."""
+    args = ["evaluate", EVERYDAY, "--model", str(triples_model_dir)]
+    result = CliRunner().invoke(main, [*args, "--baseline", str(entities_model_dir)])
+    assert result.exit_code == 1, result.output
+    assert "answers triples and the baseline" in result.output
+    assert "answers entities: compare two models of one task" in result.output
+    assert "Traceback" not in result.output
