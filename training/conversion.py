@@ -7,6 +7,11 @@ there is no SavedModel in it) or already quantized (int8: quantizing or converti
 stack two approximations), and an output that is the source itself (even with ``--force``: the
 source would be gone), exists without ``--force``, or is a file. Each tool raises its own error
 class, which its command turns into a one-line message.
+
+What may be replaced at all is one rule for every writer of a model directory (``replaceable``:
+these three, ``spo train`` and ``spo export``, through ``training.export.staged_model_dir``): an
+empty directory or a model directory (one with ``model.json``), never another directory, so that
+``--out ~/work`` cannot delete a folder of other files.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlp.errors import ManifestError
-from nlp.manifest import Manifest, load_manifest
+from nlp.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 
 def check_conversion(
@@ -56,8 +61,29 @@ def check_conversion(
         )
     if out.resolve() == source.resolve():
         raise error(f"{out} is the model directory itself: choose another output directory")
-    if out.exists() and not force:
-        raise error(f"{out} exists (use --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise error(f"{out} exists and is not a directory")
+    reason = replaceable(out, force=force)
+    if reason is not None:
+        raise error(reason)
     return manifest
+
+
+def replaceable(out: str | Path, *, force: bool) -> str | None:
+    """Why a model directory may not be written at ``out``, or ``None`` when it may: ``out`` is
+    free, or ``force`` and it is an empty directory or a model directory (``model.json`` in it).
+
+    >>> replaceable("no/such/dir", force=False) is None
+    True
+    """
+    out = Path(out)
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{out} exists and is not a directory"
+    if not force:
+        return f"{out} exists (use --force to replace it)"
+    if (out / MANIFEST_NAME).is_file() or not any(out.iterdir()):
+        return None
+    return (
+        f"{out} is not a model directory (no {MANIFEST_NAME} in it) and not empty: it is never "
+        "replaced, even with --force; choose another directory"
+    )

@@ -95,9 +95,13 @@ def export_model_dir(
 def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     """Where to write the model directory ``out``: a path (not made yet) in a temporary sibling,
     renamed to ``out`` (replacing it) when the block ends without error and removed either way, so
-    a failed export never leaves a half-written model directory."""
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists (use --force to replace it)")
+    a failed export never leaves a half-written model directory. What ``out`` may be is
+    ``training.conversion.replaceable``'s rule (``FileExistsError`` otherwise)."""
+    from training.conversion import replaceable
+
+    reason = replaceable(out, force=force)
+    if reason is not None:
+        raise FileExistsError(reason)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -217,8 +221,12 @@ def export_user_model(
     types), the weights loaded, and the directory written by ``export_model_dir``.
     """
     from nlp.manifest import manifest_document, sha256_file
+    from training.conversion import replaceable
     from training.gplinker import build_gplinker, build_ner
 
+    reason = replaceable(out_dir, force=force)
+    if reason is not None:
+        raise ValueError(reason)
     task, items = read_schema(schema_path)
     if task is not Task.TRIPLES and link_rule != "both":
         raise ValueError(

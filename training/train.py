@@ -34,6 +34,7 @@ from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
 from nlp.tasks import TASK_NAMES, Task, task_named
 from nlp.tokenization import Tokenizer
 from training.config import DEFAULT_NAMES, MAX_EMA, MAX_TOKEN_NOISE, TrainConfig
+from training.conversion import replaceable
 from training.evaluate import labels_check, read_records
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
@@ -270,6 +271,10 @@ def train(config: TrainConfig) -> Path:
         raise ValueError(f"token_noise must be 0 to {MAX_TOKEN_NOISE}, got {config.token_noise!r}")
     if not 0.0 <= config.ema <= MAX_EMA:
         raise ValueError(f"ema must be 0 to {MAX_EMA}, got {config.ema!r}")
+    # The export replaces out_dir: know now, not after the training, whether it may.
+    reason = replaceable(config.out_dir, force=True)
+    if reason is not None:
+        raise FileExistsError(reason)
     seed_everything(config.seed)
     import numpy as np
     from bert4keras.backend import keras

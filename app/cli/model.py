@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,7 +219,7 @@ def train_command(
     )
     try:
         result = train(config)
-    except DataError as exc:
+    except (DataError, FileExistsError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"model written to {result}")
 
@@ -352,12 +351,9 @@ def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> No
     """Turn a bert4keras GPLinker / GlobalPointer NER model into a model directory."""
     from training.export import export_user_model
 
-    if out_dir.exists() and not force:
-        click.echo(f"error: {out_dir} exists (use --force to replace it)", err=True)
-        sys.exit(1)
     try:
         result = export_user_model(out_dir=out_dir, do_lower_case=not cased, force=force, **params)
-    except ValueError as exc:  # the schema file, or an option its task does not take
+    except ValueError as exc:  # --out, the schema, config or weights, or an option of another task
         raise click.ClickException(str(exc)) from None
     click.echo(f"model written to {result}")
 

@@ -122,3 +122,52 @@ def test_no_converter_writes_over_its_own_source_even_forced(
     assert "is the model directory itself" in result.output
     after = {p.relative_to(fp32): sha256_file(p) for p in fp32.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_replaceable_is_free_or_a_model_directory_or_empty_never_other_files(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """One rule for every writer of a model directory: with --force a model directory or an empty
+    one may be replaced, a folder of other files never (it would be deleted)."""
+    from training.conversion import replaceable
+
+    model = tmp_path / "model"
+    shutil.copytree(triples_model_dir, model)
+    (tmp_path / "empty").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine", encoding="utf-8")
+    assert replaceable(tmp_path / "free", force=False) is None
+    assert (
+        replaceable(model, force=True) is None
+        and replaceable(tmp_path / "empty", force=True) is None
+    )
+    assert "exists (use --force" in str(replaceable(model, force=False))
+    assert "not a model directory (no model.json in it) and not empty" in str(
+        replaceable(work, force=True)
+    )
+    assert "exists and is not a directory" in str(replaceable(work / "notes.txt", force=True))
+
+
+def test_no_writer_deletes_a_folder_of_other_files(triples_model_dir: Path, tmp_path: Path) -> None:
+    """spo train (which always replaces --out), spo export --force and the converters with --force
+    refuse an output folder that holds other files, before any work, and leave it as it was."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine", encoding="utf-8")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "张三出生于北京。", "triples": []}\n', encoding="utf-8")
+    schema = tmp_path / "types.json"
+    schema.write_text('["人物"]', encoding="utf-8")
+    runs = [
+        ["train", str(corpus), "--out", str(work), "--max-steps", "1"],
+        ["export", "--bert-config", str(corpus), "--weights", "w", "--schema", str(schema),
+         "--out", str(work), "--force"],
+        *([command, str(triples_model_dir), str(work), "--force"] for command in COMMANDS),
+    ]  # fmt: skip
+    for args in runs:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "not a model directory (no model.json in it) and not empty" in result.output
+        assert "Traceback" not in result.output
+        assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]

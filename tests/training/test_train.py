@@ -211,7 +211,8 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(
 
     data = tmp_path / "train.jsonl"
     write_corpus(data, 24, seed=5)
-    (tmp_path / "model").mkdir()
+    (tmp_path / "model").mkdir()  # an earlier model directory, its README written by hand
+    (tmp_path / "model" / "model.json").write_text("{}", encoding="utf-8")
     (tmp_path / "model" / "README.md").write_text("notes", encoding="utf-8")
     out = train(
         TrainConfig(
