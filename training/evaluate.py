@@ -276,8 +276,9 @@ def _check_record(record: Any) -> None:
 def labels_check(
     task: str, labels: Sequence[str] | None = None
 ) -> Callable[[dict[str, Any]], None]:
-    """A ``read_records`` check for a model of ``task``: every argument or entity a record uses is
-    a non-empty part of its text (a model answers spans of the text, so no model could find it);
+    """A ``read_records`` check for a model of ``task``: a triples model's records give their
+    ``triples`` (an entities model's, ``entities`` or ``triples``); every argument or entity a
+    record uses is a non-empty part of its text (a model answers spans of the text, so no model could find it);
     an entities model given only triples types their arguments by the demo schema
     (``training.schema.triple_entities``), whose predicates they must then use. With ``labels``
     (what training uses), every predicate (triples) or entity type (entities) must also be one of
@@ -314,6 +315,10 @@ def labels_check(
                 labelled(type_)
                 in_text(text, name, f"entity [{name}, {type_}]")
             return
+        if task == Task.TRIPLES and "triples" not in record:
+            raise ValueError(
+                "no 'triples' for a triples model (a text with none says \"triples\": [])"
+            )
         for s, p, o in record.get("triples", []):
             if task == Task.TRIPLES:
                 labelled(p)

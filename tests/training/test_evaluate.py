@@ -238,6 +238,7 @@ def test_evaluate_read_records_refuses_a_file_without_records(tmp_path: Path, co
         ("triples", {"triples": [["张三", "籍贯", "北京"]]}, "predicate '籍贯' is not one of the model's 2 predicates (出生地, 国籍)"),
         ("triples", {"triples": [["张三", "出生地", "上海"]]}, "triple [张三, 出生地, 上海]: '上海' is not in the text"),
         ("triples", {"triples": [["", "出生地", "北京"]]}, "triple [, 出生地, 北京]: '' is not in the text"),
+        ("triples", {"entities": [["北京", "地点"]]}, "no 'triples' for a triples model"),
         ("entities", {"entities": [["北京", "城市"]]}, "entity type '城市' is not one of the model's 2 entity types (人物, 地点)"),
         ("entities", {"entities": [["上海", "地点"]]}, "entity [上海, 地点]: '上海' is not in the text"),
         ("entities", {"triples": [["张三", "籍贯", "北京"]]}, "predicate '籍贯' is not one of the demo schema's"),
