@@ -278,8 +278,8 @@ def labels_check(
 ) -> Callable[[dict[str, Any]], None]:
     """A ``read_records`` check for a model of ``task``: a triples model's records give their
     ``triples`` (an entities model's, ``entities`` or ``triples``); every argument or entity a
-    record uses is a non-empty part of its text (a model answers spans of the text, so no model could find it);
-    an entities model given only triples types their arguments by the demo schema
+    record uses is a non-empty part of its text (a model answers spans of the text: no model could
+    find another); an entities model given only triples types their arguments by the demo schema
     (``training.schema.triple_entities``), whose predicates they must then use. With ``labels``
     (what training uses), every predicate (triples) or entity type (entities) must also be one of
     them: training on a label the model has no head for would drop it unsaid. Scoring takes any
@@ -521,7 +521,7 @@ def compare(
             f"{model_dir} answers {tasks[0]} and the baseline {baseline_dir} answers {tasks[1]}: "
             "compare two models of one task"
         )
-    records = read_records(Path(data_path), check=_findable_by(model_dir))
+    records = read_records(Path(data_path), check=labels_check(tasks[0]))
     run = _predict(model_dir, precision, records)
     reference = _predict(baseline_dir, baseline_precision, records).predicted
     same = sum(p == r for p, r in zip(run.predicted, reference, strict=True))
