@@ -50,6 +50,8 @@ LOAD_MODES = ("boot", "background")
 PAGES = ("open", "auth", "off")
 INPUT_FORMATS = ("auto", "txt", "jsonl")
 _BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
+# What `spo serve --nginx` accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).
+LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]*:)?\d{1,5}$")
 TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
 TOKEN_RULE = "16+ characters of [A-Za-z0-9._~+/=-]"
 _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")
@@ -109,7 +111,16 @@ def _file(raw: str) -> Path:
 
 
 def _tokens(raw: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in raw.split(",") if t.strip())
+    """Comma-separated items; blank is none, but a value that names none (``" , "``) is refused, not
+    read as none: a token list that came out empty must not turn authentication off.
+
+    >>> _tokens("a, b,")
+    ('a', 'b')
+    """
+    items = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not items and raw.strip():
+        raise ValueError(f"expected comma-separated values, got {raw!r}")
+    return items
 
 
 def _str(raw: str) -> str:
@@ -170,6 +181,28 @@ def matches(pattern: re.Pattern[str], expected: str) -> Check:
         return [expected.format(item=item, n=n) for n, item in bad]
 
     return check
+
+
+def address_problem(address: str, pattern: re.Pattern[str], expected: str) -> str | None:
+    """What is wrong with a listening ``address`` (None: nothing): it must match ``pattern``
+    (``expected`` says how) and name a port from 1 to 65535 (unless it is ``unix:PATH``).
+
+    >>> address_problem("127.0.0.1:99999", LISTEN, "HOST:PORT")
+    'port 99999 is not between 1 and 65535 in 127.0.0.1:99999'
+    >>> address_problem("unix:/run/spo.sock", _BIND, "HOST:PORT or unix:PATH") is None
+    True
+    """
+    if not pattern.match(address):
+        return f"expected {expected}, got {address!r}"
+    if address.startswith("unix:"):
+        return None
+    port = int(address.rsplit(":", 1)[-1])
+    return None if 1 <= port <= 65535 else f"port {port} is not between 1 and 65535 in {address}"
+
+
+def _bind(value: str) -> list[str]:
+    problem = address_problem(value, _BIND, "HOST:PORT or unix:PATH")
+    return [] if problem is None else [problem]
 
 
 def _existing_file(value: Path) -> list[str]:
@@ -338,8 +371,8 @@ _TABLE = (
            matches(re.compile(rf"^\*$|{_ORIGIN.pattern}"),
                    "expected * or scheme://host[:port] origins, got {item!r}")),
     # -- processes: gunicorn, TensorFlow --------------------------------------------------------------
-    Option("bind", "127.0.0.1:8000", "gunicorn's address, HOST:PORT or unix:PATH", check=matches(
-           _BIND, "expected HOST:PORT or unix:PATH, got {item!r}"), flags=("--bind", "-b"),
+    Option("bind", "127.0.0.1:8000", "gunicorn's address, HOST:PORT or unix:PATH", check=_bind,
+           flags=("--bind", "-b"),
            commands=_SERVE),
     Option("workers", 0, "gunicorn worker processes (gthread; model calls are serialized per "
            "worker); auto (or 0): usable CPUs (CPU quota, then affinity), capped by the memory limit",

@@ -12,7 +12,6 @@ without ``--nginx`` (``nginx_only_problems``), never silently ignored.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 from collections.abc import Mapping
@@ -20,15 +19,12 @@ from pathlib import Path
 
 import click
 
-from app.core.options import click_options
+from app.core.options import LISTEN, address_problem, click_options
 from app.core.settings import Settings, SettingsError
 from app.serving.launch import default_pid_file, gunicorn_command
 from app.serving.master import check_model_dir
 from app.serving.nginx import nginx_only_problems
 from nlp.errors import SpoError
-
-# What --nginx accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).
-_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]*:)?\d{1,5}$")
 
 
 def secret_warnings(settings: Settings) -> list[str]:
@@ -85,10 +81,10 @@ def serve(
     # The one parse: the environment with the flags over it (a local mapping, not os.environ).
     flags = {"SPO_BIND": bind, "SPO_WORKERS": None if workers is None else str(workers)}
     settings = _settings({**os.environ, **{k: v for k, v in flags.items() if v is not None}})
-    if nginx_listen is not None and not _LISTEN.match(nginx_listen):
-        raise click.BadParameter(
-            f"expected HOST:PORT or PORT, got {nginx_listen!r}", param_hint="--nginx"
-        )
+    if nginx_listen is not None and (
+        listen_problem := address_problem(nginx_listen, LISTEN, "HOST:PORT or PORT")
+    ):
+        raise click.BadParameter(listen_problem, param_hint="--nginx")
     unapplied = nginx_only_problems(settings) if nginx_listen is None else []
     if unapplied:
         raise click.UsageError(

@@ -142,3 +142,11 @@ def test_options_serve_flags_are_the_settings() -> None:
         option = _param(serve, name)
         assert option.default is None and SETTINGS[name].var in (option.help or "")
         assert SETTINGS[name].help in (option.help or "")
+
+
+def test_options_doctests_hold() -> None:
+    import doctest
+
+    import app.core.options as options_module
+
+    assert doctest.testmod(options_module).failed == 0

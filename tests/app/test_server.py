@@ -90,12 +90,26 @@ def test_server_serve_nginx_missing_says_how_to_install(
     assert "apt-get install nginx-light" in result.output
 
 
-@pytest.mark.parametrize("listen", ["nowhere", "127.0.0.1:", "a b:80", "1.2.3.4:123456"])
+@pytest.mark.parametrize(
+    "listen", ["", "nowhere", "127.0.0.1:", "a b:80", "1.2.3.4:123456", "127.0.0.1:99999", "0"]
+)
 def test_server_serve_nginx_address_is_checked(triples_model_dir: Path, listen: str) -> None:
     result = CliRunner().invoke(
         main, ["serve", "--nginx", listen], env={"SPO_MODEL_DIR": str(triples_model_dir)}
     )
     assert result.exit_code == 2 and "--nginx" in result.output
+
+
+@pytest.mark.parametrize("bind", ["localhost:99999", "127.0.0.1:0", "[::1]:65536"])
+def test_server_serve_bind_port_is_checked(triples_model_dir: Path, bind: str) -> None:
+    """A port gunicorn could not bind is refused with the settings, before anything starts."""
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--check-config", "--bind", bind],
+        env={"SPO_MODEL_DIR": str(triples_model_dir)},
+    )
+    assert result.exit_code == 2
+    assert f"SPO_BIND: port {bind.rsplit(':', 1)[1]} is not between 1 and 65535" in result.output
 
 
 def test_server_default_pid_file_is_per_address() -> None:

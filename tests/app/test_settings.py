@@ -119,6 +119,15 @@ def test_settings_report_every_bad_variable_at_once(tmp_path: Path) -> None:
     assert "expected an integer, got 'many'" in str(info.value)
 
 
+@pytest.mark.parametrize("var", ["SPO_AUTH_TOKENS", "SPO_CORS_ORIGINS"])
+def test_settings_a_list_that_names_nothing_is_refused(model_dir: Path, var: str) -> None:
+    """Only a blank value is unset: " , " (a templated list whose items came out empty) is refused
+    rather than read as no tokens, which would serve the API without authentication."""
+    with pytest.raises(SettingsError, match=f"{var}: expected comma-separated values, got ','"):
+        Settings.from_env({"SPO_MODEL_DIR": str(model_dir), var: " , "})
+    assert not Settings.from_env({"SPO_MODEL_DIR": str(model_dir), var: "  "}).auth_enabled
+
+
 def test_settings_model_dir_needs_model_json(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"no model\.json"):
         Settings(model_dir=tmp_path)
