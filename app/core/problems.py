@@ -43,7 +43,7 @@ CATALOGUE: dict[str, Problem] = {
         Problem("method_not_allowed", 405, "the endpoint does not accept this method (see Allow)"),
         Problem("body_too_large", 413, "the body is over the size limit"),
         Problem("request_too_large", 413, "the texts need more model tokens than SPO_MAX_REQUEST_TOKENS (limit and tokens members)"),
-        Problem("unsupported_media_type", 415, "the body must be sent as application/json (UTF-8)"),
+        Problem("unsupported_media_type", 415, "the body must be sent as application/json (UTF-8), not compressed"),
         Problem("invalid_input", 422, "a field has the wrong type or an invalid value (NUL, lone surrogate)", batch=True),
         Problem("unknown_field", 422, "the document has a field this endpoint does not know"),
         Problem("empty_texts", 422, "texts is an empty list"),

@@ -109,13 +109,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_json_body() -> Any:
-    """The request body as JSON: ``application/json``, UTF-8, no NaN/Infinity, no duplicate keys."""
+    """The request body as JSON: ``application/json``, UTF-8, uncompressed, no NaN/Infinity, no
+    duplicate keys."""
     if request.mimetype != _JSON_MIMETYPE:
         got = request.mimetype or "no Content-Type"
         raise ApiError("unsupported_media_type", f"Send the body as application/json, not {got}.")
     charset = request.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
         raise ApiError("unsupported_media_type", f"The body must be UTF-8, not {charset}.")
+    # A compressed body would otherwise be read as it is, and fail as invalid UTF-8 (or, worse, not).
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ApiError(
+            "unsupported_media_type",
+            f"The body must not be compressed (Content-Encoding: {encoding}).",
+            headers={"Accept-Encoding": "identity"},  # RFC 9110 section 12.5.3
+        )
     # Werkzeug answers 413 itself when Content-Length is over MAX_CONTENT_LENGTH (the limit + 1), but
     # silently truncates a chunked body at it: reading one byte more than allowed tells them apart.
     raw = request.get_data(cache=False)

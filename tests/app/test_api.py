@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import logging
 import threading
@@ -197,6 +198,23 @@ def test_api_extract_wrong_content_type_is_415(
 ) -> None:
     response = client.post("/v1/extract", data=b'{"text": "a"}', content_type=content_type)
     assert_problem(response, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br, gzip"])
+def test_api_extract_compressed_body_is_415(client: FlaskClient, encoding: str) -> None:
+    """A compressed body is refused with what to send, not read as it is: gzip of JSON is not UTF-8,
+    and a body that only claims compression would be served as something the client did not send."""
+    response = client.post(
+        "/v1/extract",
+        data=gzip.compress(b'{"text": "a"}') if encoding == "gzip" else b'{"text": "a"}',
+        content_type="application/json",
+        headers={"Content-Encoding": encoding},
+    )
+    assert_problem(response, 415, "unsupported_media_type")
+    assert response.headers["Accept-Encoding"] == "identity"
+    assert "compressed" in response.get_json()["detail"]
+    plain = {"Content-Encoding": "identity"}
+    assert client.post("/v1/extract", json={"text": "a"}, headers=plain).status_code == 200
 
 
 def test_api_extract_body_over_limit_is_413(make_fake_app: Callable[..., Flask]) -> None:
