@@ -91,6 +91,32 @@ def preload_blocks_reload(manifests: list[Manifest], ld_preload: str) -> str | N
     )
 
 
+def not_a_master(pid: int, proc: Path = Path("/proc")) -> str | None:
+    r"""The command line of process ``pid`` when it is not a gunicorn master (None: it is one, or this
+    system cannot tell). ``spo reload`` asks before its SIGHUP: a pid file outlives a master that was
+    killed (the OOM killer leaves no time to remove it), and its pid may by then be another process's,
+    which a SIGHUP would end. A master runs ``python -m app.serving.master``, or ``gunicorn`` by hand
+    (with setproctitle: ``gunicorn: master [spo-service]``).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "7").mkdir(); _ = (root / "7" / "cmdline").write_bytes(b"vim\0notes.txt\0")
+    >>> not_a_master(7, root)
+    'vim notes.txt'
+    >>> _ = (root / "7" / "cmdline").write_bytes(b"/usr/bin/python3\0-m\0app.serving.master\0")
+    >>> not_a_master(7, root) is None
+    True
+    """
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:  # no /proc (not Linux), not allowed to read it, or no such process
+        return None
+    words = [a.decode(errors="replace") for a in argv if a]
+    if "app.serving.master" in words or any("gunicorn" in Path(w).name for w in words):
+        return None
+    return " ".join(words)
+
+
 def check_model_dir(model_dir: Path) -> Manifest:
     """``model.json`` and the files it names, checked without TensorFlow; ``SpoError`` names the problem."""
     return load_manifest(model_dir, check_files=True)

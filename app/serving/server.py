@@ -22,7 +22,7 @@ import click
 from app.core.options import LISTEN, address_problem, click_options
 from app.core.settings import Settings, SettingsError
 from app.serving.launch import default_pid_file, gunicorn_command
-from app.serving.master import check_model_dir
+from app.serving.master import check_model_dir, not_a_master
 from app.serving.nginx import nginx_only_problems
 from nlp.errors import SpoError
 
@@ -159,6 +159,12 @@ def reload(pid_file: Path | None, bind: str | None, nginx_listen: str | None) ->
         ) from None
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the pid file {pid_file}: {exc}") from None
+    other = not_a_master(pid)
+    if other is not None:
+        raise click.ClickException(
+            f"stale pid file {pid_file}: process {pid} is not a gunicorn master ({other[:200]}); "
+            "nothing was signalled"
+        )
     try:
         os.kill(pid, signal.SIGHUP)
     except ProcessLookupError:

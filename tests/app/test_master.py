@@ -305,6 +305,25 @@ def test_master_spo_reload_errors(tmp_path: Path) -> None:
     (tmp_path / "stale.pid").write_text(f"{dead.pid}\n")
     stale = reload(tmp_path / "stale.pid")
     assert stale.returncode == 1 and "stale pid file" in stale.stderr
+    # A pid file whose pid is now another program's: that program is not signalled (SIGHUP ends it).
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "reused.pid").write_text(f"{other.pid}\n")
+        reused = reload(tmp_path / "reused.pid")
+        assert reused.returncode == 1
+        assert f"process {other.pid} is not a gunicorn master (sleep 30)" in reused.stderr
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_master_not_a_master_doctests_hold() -> None:
+    import doctest
+
+    import app.serving.master as master_module
+
+    assert doctest.testmod(master_module).failed == 0
 
 
 def test_master_spo_reload_sends_hup(tmp_path: Path) -> None:
@@ -318,6 +337,7 @@ def test_master_spo_reload_sends_hup(tmp_path: Path) -> None:
             f"signal.signal(signal.SIGHUP, lambda *a: (pathlib.Path({str(flag)!r}).touch(), sys.exit(0)))\n"
             "print('up', flush=True)\n"
             "time.sleep(30)\n",
+            "app.serving.master",  # what a master's command line names (not_a_master)
         ],
         stdout=subprocess.PIPE,
     )
