@@ -659,13 +659,63 @@ def _id_text(value: Any) -> str:
     return text
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` exists on its file system (local, HDFS, S3...), asked through Hadoop."""
+# What a Spark (Hadoop) write leaves in its output directory; --force replaces a directory holding
+# nothing else (a previous output, finished or not), never a folder of other files or a file.
+_OUTPUT_ENTRY = re.compile(r"^(part-.*|_SUCCESS|_temporary|_started_.*|_committed_.*|\..*\.crc)$")
+_GLOB = re.compile(r"[*?\[{]")
+
+
+def output_problem(
+    spark: SparkSession, output: str, inputs: Iterable[str], force: bool
+) -> str | None:
+    """Why ``output`` may not be written (None: it may), asked through Hadoop (local, HDFS, S3...).
+
+    Spark's overwrite deletes the whole output path first: an output that is an input, or a directory
+    holding one, would delete the input; one that holds anything but a previous output's files would
+    delete those."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
+
+    def qualified(path: str) -> tuple[Any, Any, str]:
+        """The file system, the qualified path, and that path as scheme://authority/path (Hadoop
+        writes a local one as file:/x or file:///x)."""
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hadoop_path.getFileSystem(conf)
+        full = fs.makeQualified(hadoop_path)
+        uri = full.toUri()
+        return (
+            fs,
+            full,
+            f"{uri.getScheme()}://{uri.getAuthority() or ''}{uri.getPath()}".rstrip("/"),
+        )
+
+    fs, out, out_uri = qualified(output)
+    for given in inputs:
+        literal = _GLOB.split(given, maxsplit=1)[
+            0
+        ]  # a glob's fixed head: what it can match is below
+        in_uri = qualified(literal or ".")[2]
+        if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
+            return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
+    if not fs.exists(out):
+        return None
+    others = (
+        ["(a file)"]
+        if not fs.getFileStatus(out).isDirectory()
+        else [
+            name
+            for name in (str(s.getPath().getName()) for s in fs.listStatus(out))
+            if not _OUTPUT_ENTRY.match(name)
+        ]
+    )
+    if others:
+        return (
+            f"{output} exists and is not a spark-extract output ({', '.join(sorted(others)[:3])}"
+            f"{', ...' if len(others) > 3 else ''}): choose another OUTPUT; --force only replaces an "
+            "earlier output"
+        )
+    return None if force else f"{output} exists; use --force to overwrite it"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -739,8 +789,9 @@ def run_spark_extract(
         load_manifest(options.model_dir)
     except SpoError as exc:
         raise SparkExtractError(f"cannot load the model: {exc.message}") from None
-    if not options.force and _exists(spark, options.output):
-        raise SparkExtractError(f"{options.output} exists; use --force to overwrite it")
+    problem = output_problem(spark, options.output, options.inputs, options.force)
+    if problem:
+        raise SparkExtractError(problem)
     model = ship_model(spark, options.model_dir) if options.ship_model else options.model_dir
     started = time.perf_counter()
     probe_executors(
@@ -837,4 +888,10 @@ def session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # a master URL Spark does not take, no JVM; Spark printed its reason
+        raise SparkExtractError(
+            f"cannot start Spark{f' with master {master!r}' if master else ''}: {_first_line(exc)} "
+            "(Spark's own reason is logged above)"
+        ) from None

@@ -11,6 +11,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,6 +214,59 @@ def test_spark_extract_refuses_bad_inputs_clearly(spark: Any, tmp_path: Path) ->
         main, ["spark-extract", "a", "b", "--python", "/x/python", "--python-env", "e.tar.gz"]
     )
     assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_spark_extract_never_overwrites_an_input_or_other_files(spark: Any, tmp_path: Path) -> None:
+    """Spark's overwrite deletes the whole output path first: --force must not reach an input, a
+    folder of other files or a file; it replaces an earlier output (or an empty folder)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("张艺谋执导了《红高粱》。\n", encoding="utf-8")
+    (tmp_path / "notes.md").write_text("keep\n")
+
+    def problem(output: Path | str, inputs: tuple[str, ...] = (str(data / "in.txt"),)) -> Any:
+        return spo_spark.output_problem(spark, str(output), inputs, force=True)
+
+    assert "is (or holds) the input" in problem(data / "in.txt")
+    assert "is (or holds) the input" in problem(data)
+    assert "is (or holds) the input" in problem(f"{data}/", (f"file://{data}/*.txt",))
+    assert "not a spark-extract output (data, notes.md)" in problem(tmp_path, ("elsewhere.txt",))
+    assert "not a spark-extract output ((a file))" in problem(tmp_path / "notes.md", ("x.txt",))
+    assert problem(tmp_path / "dataset") is None  # a sibling whose name starts the same
+    (tmp_path / "empty").mkdir()
+    assert problem(tmp_path / "empty") is None
+    assert "use --force" in spo_spark.output_problem(
+        spark, str(tmp_path / "empty"), ("x.txt",), force=False
+    )
+    args = ["spark-extract", str(data / "in.txt"), str(tmp_path), "--force", "--master", "local[1]"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 1 and "choose another OUTPUT" in refused.output
+    assert (data / "in.txt").is_file() and (tmp_path / "notes.md").read_text() == "keep\n"
+    earlier = tmp_path / "out"
+    first = CliRunner().invoke(main, [*args[:2], str(earlier), *args[3:]])
+    assert first.exit_code == 0, first.output
+    assert problem(earlier) is None  # _SUCCESS, part-*, their .crc files: an earlier output
+
+
+def test_spark_extract_bad_master_is_one_line(tmp_path: Path) -> None:
+    spo = Path(sys.executable).with_name("spo")
+    (tmp_path / "in.txt").write_text("a\n")
+    result = subprocess.run(
+        [
+            str(spo),
+            "spark-extract",
+            str(tmp_path / "in.txt"),
+            str(tmp_path / "o"),
+            "--master",
+            "nowhere://x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Error: cannot start Spark with master 'nowhere://x'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_spark_pack_model_is_self_contained_and_named_by_content(
