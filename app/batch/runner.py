@@ -113,6 +113,13 @@ class BatchOptions:
             out.append("at least one input is needed")
         if self.inputs.count("-") > 1:
             out.append("stdin (-) can be read only once")
+        files = [i for i in self.inputs if i != "-"]
+        out += [
+            f"the input {b} is {a} again: its records would be written twice, under the same ids"
+            for n, b in enumerate(files)
+            for a in files[:n]
+            if is_same_file(a, b)
+        ][:1]
         k, n = self.shard
         if not 1 <= k <= n:
             out.append(f"--shard must be K/N with 1 <= K <= N, got {k}/{n}")

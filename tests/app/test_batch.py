@@ -242,6 +242,16 @@ def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], mes
     assert result.exit_code == 2 and message in result.stderr
 
 
+def test_batch_cli_refuses_one_file_given_twice(fake_cli: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x\n")
+    (tmp_path / "b.txt").write_text("x\n")
+    twice = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), f"{tmp_path}/./a.txt"]
+    result = fake_cli.invoke(main, ["extract", *twice])
+    assert result.exit_code == 2
+    assert f"the input {tmp_path}/./a.txt is {tmp_path / 'a.txt'} again" in result.stderr
+    assert fake_cli.invoke(main, ["extract", *twice[:2]]).exit_code == 0
+
+
 def test_batch_cli_help_documents_ids() -> None:
     result = CliRunner().invoke(main, ["extract", "--help"])
     assert "line number (1-based)" in result.stdout and "--resume" in result.stdout
