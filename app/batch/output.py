@@ -1,11 +1,12 @@
 """The output: whole JSON lines, written a window at a time, with a checkpoint for ``--resume``.
 
-A file output has a sidecar ``<output>.checkpoint.json`` while the run is in progress. After each
-window the lines are written and fsynced, then the checkpoint (records done, output bytes, last id,
-errors, and the fingerprint of inputs, options and model) is replaced atomically. ``--resume``
-truncates the output to the checkpointed byte count, so a partial line or a window written after the
-last checkpoint (a kill between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar
-is removed when the run completes; an output with no sidecar is complete (or not ours).
+A file output (a regular file: a device or a pipe is refused, ``-o -`` is stdout) has a sidecar
+``<output>.checkpoint.json`` while the run is in progress. After each window the lines are written
+and fsynced, then the checkpoint (records done, output bytes, last id, errors, and the fingerprint of
+inputs, options and model) is replaced atomically. ``--resume`` truncates the output to the
+checkpointed byte count, so a partial line or a window written after the last checkpoint (a kill
+between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar is removed when the run
+completes; an output with no sidecar is complete (or not ours).
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ class FileOutput(Output):
         exists, has_sidecar = path.exists(), self.sidecar.exists()
         if path.is_dir():
             raise OutputError(f"{path} is a directory")
+        if exists and not path.is_file():
+            # A device or a pipe can be neither fsynced, truncated for --resume, nor given a sidecar.
+            raise OutputError(
+                f"{path} is not a regular file: -o takes a file; -o - writes to stdout (redirect "
+                "or pipe that)"
+            )
         if resume and has_sidecar:
             self._check_resumable(Checkpoint.load(self.sidecar))
         elif resume and exists:

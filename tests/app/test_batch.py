@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -200,6 +201,22 @@ def test_batch_output_cannot_be_an_input(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="also an input"):
         run(tmp_path, [path], name="in.jsonl", force=True)
     assert path.read_text() == '{"text": "x"}\n'
+
+
+def test_batch_output_must_be_a_regular_file(tmp_path: Path) -> None:
+    """A device or a pipe cannot be fsynced, truncated for --resume, or given a sidecar beside it
+    (/dev/null.checkpoint.json): refused up front, even with --force."""
+    path = tmp_path / "in.txt"
+    path.write_text("x\n")
+    os.mkfifo(tmp_path / "pipe")
+    for target in (tmp_path / "pipe", Path(os.devnull)):
+        with pytest.raises(OutputError, match="is not a regular file: -o takes a file; -o - "):
+            run_batch(
+                BatchOptions(inputs=(str(path),), output=str(target), force=True),
+                factory=FakeFactory(),
+            )
+    assert not Path(os.devnull + ".checkpoint.json").exists()
+    assert not (tmp_path / "pipe.checkpoint.json").exists()
 
 
 @pytest.fixture
