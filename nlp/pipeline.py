@@ -33,7 +33,7 @@ import numpy as np
 
 from nlp.bucketing import BucketSpec, pad_batch, plan_batches
 from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
-from nlp.errors import DeadlineExceeded, RequestTooLarge
+from nlp.errors import DeadlineExceeded, InvalidInput, RequestTooLarge
 from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
 from nlp.runtime import SessionRuntime
@@ -206,6 +206,7 @@ class Extractor:
         )
         # Called with a ``BatchReport`` after each successful ``run`` (metrics, logs).
         self.observers: list[BatchObserver] = []
+        self.closed = False
 
     @classmethod
     def load(cls, options: LoadOptions | str | Path, /, **changes: Any) -> Extractor:
@@ -271,6 +272,10 @@ class Extractor:
         extractor's; the field is ``texts[i]`` when ``field`` is ``"texts"``, else ``field``), then
         tokenize and window each once; no model call (safe from any thread). Over ``max_tokens``
         model tokens: ``RequestTooLarge``, the one token cap."""
+        if isinstance(texts, (str, bytes)):  # a sequence too, of characters: extract() takes one
+            raise InvalidInput(
+                f"{field} must be a list of texts, not one {type(texts).__name__}", field=field
+            )
         limit = self.max_text_chars if max_text_chars is None else max_text_chars
         checked = [
             check_text(text, limit, f"{field}[{i}]" if field == "texts" else field)
@@ -308,6 +313,8 @@ class Extractor:
         clock: Callable[[], float] = time.monotonic,
     ) -> list[Extraction]:
         """Run ``plan`` through the model, bucket by bucket; checks ``deadline`` before each call."""
+        if self.closed:
+            raise RuntimeError("this Extractor is closed: load another")
         texts, encodings, windows = plan.texts, plan.encodings, plan.windows
         entities: list[set[Entity]] = [set() for _ in texts]
         triples: list[set[Triple]] = [set() for _ in texts]
@@ -376,6 +383,7 @@ class Extractor:
         triples[i].update(found_triples)
 
     def close(self) -> None:
+        self.closed = True
         self.runtime.close()
 
     def __enter__(self) -> Extractor:

@@ -192,6 +192,22 @@ def test_pipeline_batch_errors_name_the_index_and_run_nothing(extractor):
     assert extractor.runtime.runs == runs
 
 
+def test_pipeline_batch_of_one_string_is_refused_not_split_into_characters(extractor):
+    runs = extractor.runtime.runs
+    for one in ("马云创立了阿里巴巴", b"bytes"):
+        with pytest.raises(InvalidInput, match="texts must be a list of texts, not one"):
+            extractor.extract_batch(one)
+    assert extractor.runtime.runs == runs
+    assert len(extractor.extract_batch(("马云", "路遥"))) == 2  # any sequence of strings
+
+
+def test_pipeline_a_closed_extractor_says_so(triples_model_dir):
+    with Extractor.load(triples_model_dir, intra_op_threads=1) as ex:
+        assert ex.extract("马云").to_dict() is not None
+    with pytest.raises(RuntimeError, match="this Extractor is closed"):
+        ex.extract("马云")
+
+
 def test_pipeline_empty_and_blank_texts_give_empty_results(extractor):
     assert [r.to_dict() for r in extractor.extract_batch(["", "  \n", "\u200b\u3000"])] == [
         {"entities": [], "triples": []}
