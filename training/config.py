@@ -6,12 +6,14 @@ Light on purpose (no TensorFlow, no bert4keras): ``app/cli/model.py`` imports it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlp.config import DEMO_VOCAB
-from nlp.tasks import Task
+from nlp.decoding import LINK_RULES
+from nlp.tasks import TASK_NAMES, Task
 
 # 6-layer RoBERTa-style encoder sized for 2 CPU cores and the 25 MB cap (embeddings dominate).
 DEMO_BERT_CONFIG: dict[str, Any] = {
@@ -53,6 +55,10 @@ MAX_TOKEN_NOISE = 0.5
 MAX_EMA = 0.9999
 
 
+# The most encoder dropout ``--dropout`` takes (Keras refuses 1; above this nothing is learnt).
+MAX_DROPOUT = 0.9
+
+
 # The model name (and ``spo train``'s output folder under models/) of each task, unless given.
 DEFAULT_NAMES: dict[str, str] = {Task.TRIPLES: "demo", Task.ENTITIES: "ner"}
 
@@ -90,3 +96,46 @@ class TrainConfig:
     threshold: float = 0.0
     link_rule: str = "both"
     bert_config: dict[str, Any] = field(default_factory=lambda: dict(DEMO_BERT_CONFIG))
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What no run could train with, each as ``field ...`` (NaN fails every range here).
+
+        >>> TrainConfig(Path("t.jsonl"), Path("m"), learning_rate=float("nan"))
+        Traceback (most recent call last):
+        ...
+        ValueError: learning_rate must be a positive finite number, got nan
+        """
+        out = []
+        for name in ("learning_rate", "max_minutes"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                out.append(f"{name} must be a positive finite number, got {value!r}")
+        for name, value, low in (
+            ("epochs", self.epochs, 1),
+            ("batch_size", self.batch_size, 1),
+            ("warmup_steps", self.warmup_steps, 0),
+            ("max_steps", 1 if self.max_steps is None else self.max_steps, 1),
+        ):
+            if value < low:
+                out.append(f"{name} must be at least {low}, got {value!r}")
+        for name, value, high in (
+            ("dropout", 0.0 if self.dropout is None else self.dropout, MAX_DROPOUT),
+            ("token_noise", self.token_noise, MAX_TOKEN_NOISE),
+            ("ema", self.ema, MAX_EMA),
+        ):
+            if not 0.0 <= value <= high:
+                out.append(f"{name} must be 0 to {high}, got {value!r}")
+        if not 0 <= self.seed < 2**32:
+            out.append(f"seed must be 0 to 2**32 - 1, got {self.seed!r}")
+        if not math.isfinite(self.threshold):
+            out.append(f"threshold must be a finite number, got {self.threshold!r}")
+        if self.task not in TASK_NAMES:
+            out.append(f"task must be one of {', '.join(TASK_NAMES)}, got {self.task!r}")
+        if self.link_rule not in LINK_RULES:
+            out.append(f"link_rule must be one of {', '.join(LINK_RULES)}, got {self.link_rule!r}")
+        return out

@@ -31,9 +31,9 @@ from typing import Any
 
 import nlp  # noqa: F401  (sets TF_KERAS before TensorFlow loads)
 from nlp.manifest import VOCAB_NAME, manifest_document, sha256_file
-from nlp.tasks import TASK_NAMES, Task, task_named
+from nlp.tasks import Task, task_named
 from nlp.tokenization import Tokenizer
-from training.config import DEFAULT_NAMES, MAX_EMA, MAX_TOKEN_NOISE, TrainConfig
+from training.config import DEFAULT_NAMES, TrainConfig
 from training.conversion import replaceable
 from training.evaluate import labels_check, read_records
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
@@ -264,13 +264,10 @@ class WeightAverage:
 
 def train(config: TrainConfig) -> Path:
     """Train, then export ``config.out_dir`` (SavedModel + ``model.json``). Returns the directory."""
-    if config.task not in TASK_NAMES:
-        raise ValueError(f"task must be one of {', '.join(TASK_NAMES)}, got {config.task!r}")
+    problems = config.problems()  # checked when it was made; again, in case a field was set since
+    if problems:
+        raise ValueError("; ".join(problems))
     task = task_named(config.task)
-    if not 0.0 <= config.token_noise <= MAX_TOKEN_NOISE:
-        raise ValueError(f"token_noise must be 0 to {MAX_TOKEN_NOISE}, got {config.token_noise!r}")
-    if not 0.0 <= config.ema <= MAX_EMA:
-        raise ValueError(f"ema must be 0 to {MAX_EMA}, got {config.ema!r}")
     # The export replaces out_dir: know now, not after the training, whether it may.
     reason = replaceable(config.out_dir, force=True)
     if reason is not None:

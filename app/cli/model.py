@@ -24,6 +24,7 @@ from nlp.tasks import TASK_NAMES, Task
 from training.config import (
     DEFAULT_NAMES,
     DEMO_BERT_CONFIG,
+    MAX_DROPOUT,
     MAX_EMA,
     MAX_TOKEN_NOISE,
     TrainConfig,
@@ -118,7 +119,10 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     help="Train exactly this many steps (overrides --epochs; reproducible on any machine).",
 )
 @click.option(
-    "--dropout", type=click.FloatRange(0.0, 0.9), default=None, help="Encoder dropout (0.1)."
+    "--dropout",
+    type=click.FloatRange(0.0, MAX_DROPOUT),
+    default=None,
+    help="Encoder dropout (0.1).",
 )
 @click.option(
     "--token-noise",
@@ -199,24 +203,27 @@ def train_command(
     if out is None:
         out = Path("models", DEFAULT_NAMES[task])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = TrainConfig(
-        train_path=train_path,
-        out_dir=out,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=lr,
-        warmup_steps=warmup,
-        max_steps=max_steps,
-        dropout=dropout,
-        token_noise=token_noise,
-        ema=ema,
-        max_minutes=max_minutes,
-        seed=seed,
-        task=task,
-        threshold=threshold,
-        link_rule=link_rule,
-        bert_config=bert_config,
-    )
+    try:
+        config = TrainConfig(
+            train_path=train_path,
+            out_dir=out,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=lr,
+            warmup_steps=warmup,
+            max_steps=max_steps,
+            dropout=dropout,
+            token_noise=token_noise,
+            ema=ema,
+            max_minutes=max_minutes,
+            seed=seed,
+            task=task,
+            threshold=threshold,
+            link_rule=link_rule,
+            bert_config=bert_config,
+        )
+    except ValueError as exc:  # NaN and other values click's ranges let through
+        raise click.UsageError(str(exc)) from None
     try:
         result = train(config)
     except (DataError, FileExistsError) as exc:

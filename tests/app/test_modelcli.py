@@ -215,6 +215,32 @@ def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
         assert bad.exit_code == 2 and "not a finite number" in bad.output, bad.output
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--lr", "nan"], "learning_rate must be a positive finite number, got nan"),
+        (["--lr", "0"], "learning_rate must be a positive finite number, got 0.0"),
+        (["--lr", "-1e-3"], "learning_rate must be a positive finite number"),
+        (["--lr", "inf"], "learning_rate must be a positive finite number, got inf"),
+        (["--max-minutes", "0"], "max_minutes must be a positive finite number"),
+        (["--max-minutes", "nan"], "max_minutes must be a positive finite number"),
+        (["--dropout", "nan"], "dropout must be 0 to 0.9, got nan"),
+        (["--token-noise", "nan"], "token_noise must be 0 to 0.5, got nan"),
+        (["--ema", "nan"], "ema must be 0 to 0.9999, got nan"),
+        (["--seed", "-1"], "seed must be 0 to 2**32 - 1, got -1"),
+    ],
+)
+def test_modelcli_train_refuses_what_click_ranges_let_through(
+    tmp_path, monkeypatch, flags, message
+):
+    """NaN passes any click range, and a rate of 0 or below trains nothing (NaN: a model of NaN
+    weights); each is a usage error naming it, before the corpus is read or anything trained."""
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
+    bad = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"), *flags])
+    assert bad.exit_code == 2 and message in bad.output, bad.output
+    assert "Traceback" not in bad.output and "c" not in seen
+
+
 @pytest.mark.timeout(300)  # the empty file once looped for ever: fail, do not hang
 def test_modelcli_train_refuses_bad_data_naming_the_line_before_training(tmp_path):
     """A corpus spo train cannot learn from is refused in one line, nothing trained or written:
