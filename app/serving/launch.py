@@ -6,7 +6,8 @@ jemalloc is wanted and installed (``SPO_JEMALLOC``, Debian ``libjemalloc2``) ``s
 the resolved value travels as one serialized variable (``app.serving.master.SETTINGS_VAR``,
 ``Settings.to_json``), which the master reads once and removes; no ``SPO_*`` variable is written for it
 to parse again, and the workers get the value by the fork. Bind and workers are passed to gunicorn as
-flags too; arguments after ``--`` go to gunicorn untouched. gunicorn runs as
+flags too; arguments after ``--`` go to gunicorn untouched, once ``gunicorn_args_problems`` finds none
+that sets what the settings decide. gunicorn runs as
 ``python -m app.serving.master``: its own master with the model-aware start and reload.
 
 ``deploy/gunicorn.conf.py`` is package data (the ``spo_deploy`` package: ``deploy/`` in a checkout,
@@ -16,6 +17,7 @@ works from any directory.
 
 from __future__ import annotations
 
+import argparse
 import importlib.resources
 import logging
 import os
@@ -32,6 +34,54 @@ logger = logging.getLogger(__name__)
 
 DEPLOY_DIR = Path(str(importlib.resources.files("spo_deploy")))
 GUNICORN_CONF = DEPLOY_DIR / "gunicorn.conf.py"
+
+
+# gunicorn settings that spo's own settings decide (``deploy/gunicorn.conf.py``): given after ``--``
+# they would win over the config file, and what runs would no longer be what was sized and checked
+# (threads per worker, memory, the pid file ``spo reload`` reads, the model loaded after the fork).
+OWNED_GUNICORN_SETTINGS = {
+    "workers": "use spo serve --workers or SPO_WORKERS (the sizing follows it)",
+    "bind": "use spo serve --bind or SPO_BIND",
+    "threads": "use SPO_THREADS",
+    "timeout": "use SPO_TIMEOUT",
+    "graceful_timeout": "use SPO_GRACEFUL_TIMEOUT",
+    "max_requests": "use SPO_MAX_REQUESTS",
+    "max_requests_jitter": "use SPO_MAX_REQUESTS_JITTER",
+    "pidfile": "use SPO_PID_FILE",
+    "accesslog": "use SPO_ACCESS_LOG",
+    "worker_class": "not changeable: spo's workers are gthread",
+    "config": "not changeable: deploy/gunicorn.conf.py is spo's",
+    "args": "not changeable: the application (APP_MODULE) is spo's",
+    "preload_app": "not changeable: each worker loads its model after the fork",
+    "daemon": "not changeable: run spo serve under a supervisor (systemd, a container)",
+}
+
+
+def gunicorn_args_problems(args: Sequence[str]) -> list[str]:
+    """The arguments after ``spo serve --`` that set a gunicorn setting spo decides, each with what
+    to do instead (read as gunicorn reads them, abbreviations included); other arguments, and ones
+    gunicorn will refuse itself, pass.
+
+    >>> gunicorn_args_problems(["--log-level", "debug"])
+    []
+    >>> for problem in gunicorn_args_problems(["-w5", "--preload"]):
+    ...     print(problem)
+    gunicorn's workers setting: use spo serve --workers or SPO_WORKERS (the sizing follows it)
+    gunicorn's preload_app setting: not changeable: each worker loads its model after the fork
+    """
+    from gunicorn.config import Config
+
+    parser = Config(prog="spo serve").parser()
+    parser.exit_on_error = False
+    try:
+        given, _ = parser.parse_known_args(list(args))
+    except argparse.ArgumentError:
+        return []  # gunicorn says what is wrong when it parses them
+    return [
+        f"gunicorn's {name} setting: {advice}"
+        for name, advice in OWNED_GUNICORN_SETTINGS.items()
+        if getattr(given, name, None) not in (None, [])
+    ]
 
 
 def default_pid_file(address: str) -> Path:

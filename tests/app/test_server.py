@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import logging
 import os
 import re
@@ -17,8 +18,13 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.core.settings import JEMALLOC_PATH, Settings
-from app.serving import master
-from app.serving.launch import GUNICORN_CONF, default_pid_file, gunicorn_command
+from app.serving import launch, master
+from app.serving.launch import (
+    GUNICORN_CONF,
+    default_pid_file,
+    gunicorn_args_problems,
+    gunicorn_command,
+)
 from app.serving.master import SETTINGS_VAR
 from app.serving.nginx import render_nginx_conf
 
@@ -110,6 +116,41 @@ def test_server_serve_bind_port_is_checked(triples_model_dir: Path, bind: str) -
     )
     assert result.exit_code == 2
     assert f"SPO_BIND: port {bind.rsplit(':', 1)[1]} is not between 1 and 65535" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "setting"),
+    [
+        (["--workers", "5"], "workers"),
+        (["-w5"], "workers"),
+        (["--threa", "8"], "threads"),  # gunicorn takes abbreviations: so does the check
+        (["-t", "3"], "timeout"),
+        (["--preload"], "preload_app"),
+        (["-c", "other.conf.py"], "config"),
+        (["myapp:app"], "args"),
+    ],
+)
+def test_server_gunicorn_args_that_spo_decides_are_refused(
+    triples_model_dir: Path, args: list[str], setting: str
+) -> None:
+    """After --, a gunicorn flag would win over the config file: the sizing, the threads per worker
+    or the load after the fork would no longer be what runs. Refused, saying what to use."""
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--check-config", "--", *args],
+        env={"SPO_MODEL_DIR": str(triples_model_dir)},
+    )
+    assert result.exit_code == 2
+    assert f"gunicorn's {setting} setting: " in result.output
+
+
+def test_server_other_gunicorn_args_pass(triples_model_dir: Path) -> None:
+    argv, _ = gunicorn_command(
+        Settings(model_dir=triples_model_dir), ["--log-level", "debug"], environ={}
+    )
+    assert argv[-2:] == ["--log-level", "debug"]
+    assert gunicorn_args_problems(["--log-level", "debug", "--keep-alive", "10"]) == []
+    assert doctest.testmod(launch).failed == 0
 
 
 def test_server_default_pid_file_is_per_address() -> None:
