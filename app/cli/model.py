@@ -287,6 +287,11 @@ def evaluate_command(
     from nlp.errors import ModelLoadError
     from training.evaluate import DataError, MismatchError, compare, evaluate
 
+    if errors_path is not None and errors_path.exists() and errors_path.samefile(data_path):
+        raise click.BadParameter(
+            f"{errors_path} is DATA_PATH: writing the errors there would replace the data",
+            param_hint="--errors",
+        )
     try:
         if baseline_dir is not None:
             if errors_path is not None:

@@ -42,6 +42,20 @@ TAGGED = [
 ]
 
 
+def test_evaluate_errors_never_replace_the_data(triples_model_dir, tmp_path):
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    before = data.read_bytes()
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--errors"]
+    result = CliRunner().invoke(main, [*args, str(tmp_path / "." / "tagged.jsonl")])
+    assert (
+        result.exit_code == 2 and "writing the errors there would replace the data" in result.output
+    )
+    assert data.read_bytes() == before
+    result = CliRunner().invoke(main, [*args, str(tmp_path / "errors.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "errors.jsonl").read_text(encoding="utf-8").count("\n") >= 1  # 导演 missed
+
+
 def test_evaluate_reports_scores_per_predicate_and_per_pattern(triples_model_dir, tmp_path):
     data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
     result = CliRunner().invoke(main, ["evaluate", str(data), "--model", str(triples_model_dir)])
