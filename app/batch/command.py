@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from app.batch.output import OutputError
-from app.batch.records import InputError
+from app.batch.records import InputError, is_same_file
 from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
 from app.core.options import click_options
@@ -73,6 +73,18 @@ def extract(
         directory = model_directory(model)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if metrics_file is not None:
+        named = [i for i in inputs if i != "-"] + ([output] if output != "-" else [])
+        for path in named:  # the output need not exist yet: compared by name too
+            if (
+                is_same_file(path, str(metrics_file))
+                or Path(path).resolve() == metrics_file.resolve()
+            ):
+                raise click.BadParameter(
+                    f"{metrics_file} is {'the output' if path == output else 'an input'}: the "
+                    "metrics would replace it",
+                    param_hint="--metrics-file",
+                )
     options = BatchOptions(
         inputs=inputs,
         output=output,

@@ -259,6 +259,21 @@ def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], mes
     assert result.exit_code == 2 and message in result.stderr
 
 
+def test_batch_cli_metrics_file_never_replaces_an_input_or_the_output(
+    fake_cli: CliRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("x\n")
+    out = tmp_path / "out.jsonl"
+    for metrics, what in ((tmp_path / "a.txt", "an input"), (out, "the output")):
+        args = ["extract", str(tmp_path / "a.txt"), "-o", str(out), "--metrics-file", str(metrics)]
+        result = fake_cli.invoke(main, args)
+        assert result.exit_code == 2 and f"is {what}: the metrics would replace it" in result.stderr
+    assert (tmp_path / "a.txt").read_text() == "x\n" and not out.exists()
+    args = ["extract", str(tmp_path / "a.txt"), "-o", str(out), "--metrics-file"]
+    assert fake_cli.invoke(main, [*args, str(tmp_path / "spo.prom")]).exit_code == 0
+    assert "spo_batch_records 1" in (tmp_path / "spo.prom").read_text()
+
+
 def test_batch_cli_refuses_one_file_given_twice(fake_cli: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("x\n")
