@@ -118,6 +118,18 @@ def extract(
         raise click.ClickException(str(exc)) from None
     except SpoError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from None
+    except KeyboardInterrupt:  # Ctrl-C: say how to go on, exit as a shell expects (128 + SIGINT)
+        click.echo(
+            "spo extract: interrupted; "
+            + (
+                "the output so far ends at the last checkpoint: add --resume to the same command "
+                "to continue"
+                if output != "-"
+                else "the output so far went to stdout (use -o FILE to be able to --resume)"
+            ),
+            err=True,
+        )
+        raise SystemExit(130) from None
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None

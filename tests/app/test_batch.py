@@ -274,6 +274,24 @@ def test_batch_cli_metrics_file_never_replaces_an_input_or_the_output(
     assert "spo_batch_records 1" in (tmp_path / "spo.prom").read_text()
 
 
+def test_batch_cli_interrupted_says_how_to_resume(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import app.batch.command as command
+
+    def interrupted(*args: Any, **kwargs: Any) -> BatchSummary:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "run_batch", interrupted)
+    (tmp_path / "a.txt").write_text("x\n")
+    to_file = CliRunner().invoke(
+        main, ["extract", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]
+    )
+    assert to_file.exit_code == 130 and "add --resume to the same command" in to_file.stderr
+    to_stdout = CliRunner().invoke(main, ["extract", str(tmp_path / "a.txt")])
+    assert to_stdout.exit_code == 130 and "use -o FILE to be able to --resume" in to_stdout.stderr
+
+
 def test_batch_cli_refuses_one_file_given_twice(fake_cli: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("x\n")
