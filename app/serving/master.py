@@ -106,13 +106,22 @@ def not_a_master(pid: int, proc: Path = Path("/proc")) -> str | None:
     >>> _ = (root / "7" / "cmdline").write_bytes(b"/usr/bin/python3\0-m\0app.serving.master\0")
     >>> not_a_master(7, root) is None
     True
+    >>> _ = (root / "7" / "cmdline").write_bytes(b"vim\0gunicorn.conf.py\0")
+    >>> not_a_master(7, root)
+    'vim gunicorn.conf.py'
     """
     try:
         argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:  # no /proc (not Linux), not allowed to read it, or no such process
         return None
     words = [a.decode(errors="replace") for a in argv if a]
-    if "app.serving.master" in words or any("gunicorn" in Path(w).name for w in words):
+    # The program (gunicorn's title, or python) and what python runs, never the arguments after.
+    program = Path(words[0]).name if words else ""
+    runs = words[1:3] if words[1:2] == ["-m"] else words[1:2]
+    if program.startswith("gunicorn") or (
+        program.startswith("python")
+        and any(w == "app.serving.master" or Path(w).name == "gunicorn" for w in runs)
+    ):
         return None
     return " ".join(words)
 

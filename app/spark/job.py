@@ -692,23 +692,17 @@ def output_problem(
 
     fs, out, out_uri = qualified(output)
     for given in inputs:
-        literal = _GLOB.split(given, maxsplit=1)[
-            0
-        ]  # a glob's fixed head: what it can match is below
+        # A glob's fixed head: whatever it matches lies below it.
+        literal = _GLOB.split(given, maxsplit=1)[0]
         in_uri = qualified(literal or ".")[2]
         if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
             return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
     if not fs.exists(out):
         return None
-    others = (
-        ["(a file)"]
-        if not fs.getFileStatus(out).isDirectory()
-        else [
-            name
-            for name in (str(s.getPath().getName()) for s in fs.listStatus(out))
-            if not _OUTPUT_ENTRY.match(name)
-        ]
-    )
+    if not fs.getFileStatus(out).isDirectory():
+        return f"{output} is a file, not a spark-extract output: choose another OUTPUT"
+    names = (str(s.getPath().getName()) for s in fs.listStatus(out))
+    others = [name for name in names if not _OUTPUT_ENTRY.match(name)]
     if others:
         return (
             f"{output} exists and is not a spark-extract output ({', '.join(sorted(others)[:3])}"

@@ -331,14 +331,14 @@ def test_master_spo_reload_sends_hup(tmp_path: Path) -> None:
     flag = tmp_path / "hup"
     child = subprocess.Popen(
         [
-            sys.executable,
+            "gunicorn: master [stand-in]",  # argv[0] as gunicorn's title shows it (not_a_master)
             "-c",
             "import signal, sys, time, pathlib\n"
             f"signal.signal(signal.SIGHUP, lambda *a: (pathlib.Path({str(flag)!r}).touch(), sys.exit(0)))\n"
             "print('up', flush=True)\n"
             "time.sleep(30)\n",
-            "app.serving.master",  # what a master's command line names (not_a_master)
         ],
+        executable=sys.executable,
         stdout=subprocess.PIPE,
     )
     try:

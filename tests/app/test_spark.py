@@ -231,7 +231,9 @@ def test_spark_extract_never_overwrites_an_input_or_other_files(spark: Any, tmp_
     assert "is (or holds) the input" in problem(data)
     assert "is (or holds) the input" in problem(f"{data}/", (f"file://{data}/*.txt",))
     assert "not a spark-extract output (data, notes.md)" in problem(tmp_path, ("elsewhere.txt",))
-    assert "not a spark-extract output ((a file))" in problem(tmp_path / "notes.md", ("x.txt",))
+    assert "notes.md is a file, not a spark-extract output" in problem(
+        tmp_path / "notes.md", ("x",)
+    )
     assert problem(tmp_path / "dataset") is None  # a sibling whose name starts the same
     (tmp_path / "empty").mkdir()
     assert problem(tmp_path / "empty") is None
