@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -113,13 +114,7 @@ class BatchOptions:
             out.append("at least one input is needed")
         if self.inputs.count("-") > 1:
             out.append("stdin (-) can be read only once")
-        files = [i for i in self.inputs if i != "-"]
-        out += [
-            f"the input {b} is {a} again: its records would be written twice, under the same ids"
-            for n, b in enumerate(files)
-            for a in files[:n]
-            if is_same_file(a, b)
-        ][:1]
+        out += _named_twice([i for i in self.inputs if i != "-"])
         k, n = self.shard
         if not 1 <= k <= n:
             out.append(f"--shard must be K/N with 1 <= K <= N, got {k}/{n}")
@@ -145,6 +140,24 @@ class BatchOptions:
                 if i != "-" and is_same_file(i, self.output)
             ]
         return out
+
+
+def _named_twice(files: list[str]) -> list[str]:
+    """The first input that is an earlier one again (by device and inode: a link or ``./a.txt`` is
+    the same file), whose records would be written twice under the same ids; one pass, as a shell
+    glob may name thousands. A file that cannot be read is reported when it is opened."""
+    seen: dict[tuple[int, int], str] = {}
+    for name in files:
+        try:
+            stat = os.stat(name)
+        except OSError:
+            continue
+        key = (stat.st_dev, stat.st_ino)
+        if key in seen:
+            again = f"the input {name} is {seen[key]} again"
+            return [f"{again}: its records would be written twice, under the same ids"]
+        seen[key] = name
+    return []
 
 
 @dataclass

@@ -159,7 +159,6 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     type=float,
     default=TrainConfig.threshold,
     show_default=True,
-    callback=_finite,
     help="Score threshold written to model.json: the decoder keeps what scores above it (below 0 "
     "trades precision for recall; pick it on a tuning set with spo evaluate).",
 )

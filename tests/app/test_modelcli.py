@@ -222,7 +222,7 @@ def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
     assert seen["c"].threshold == -1.5
     for bad_value in ("nan", "inf", "-inf"):
         bad = CliRunner().invoke(main, ["train", str(corpus), "--threshold", bad_value])
-        assert bad.exit_code == 2 and "not a finite number" in bad.output, bad.output
+        assert bad.exit_code == 2 and "threshold must be a finite number" in bad.output, bad.output
         bad = CliRunner().invoke(main, ["export", "--bert-config", str(corpus), "--weights", "w",
                                         "--schema", str(corpus), "--out", str(tmp_path / "x"),
                                         "--threshold", bad_value])  # fmt: skip
