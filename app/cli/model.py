@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +49,40 @@ _LINK_RULE_HELP = (
 )
 
 
+def _file_problem(path: Path, force: bool) -> str | None:
+    """Why a file output (``spo make-corpus OUT``, ``spo evaluate --errors``) may not be written at
+    ``path`` (None: it may): something other than a regular file is there, or a file is and
+    ``force`` is not set. Asked before any work, as ``spo extract -o`` asks."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not path.is_file():
+        return f"{path} exists and is not a regular file"
+    return None if force else f"{path} exists (use --force to replace it)"
+
+
+@contextmanager
+def _written_whole(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` for the block to fill, renamed over ``path`` when the block
+    ends and removed when it raises: ``path`` is never left half-written (an interrupted corpus
+    would train a different model without a word). Made at once, so a path that cannot be written
+    fails before the work, in one line."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _cannot_write(path: Path, exc: OSError) -> click.ClickException:
+    return click.ClickException(f"cannot write {path}: {exc.strerror or exc}")
+
+
 def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
     """A click option taking one of ``choices``, the first by default (shown in --help)."""
     return click.option(
@@ -63,8 +99,14 @@ def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F
     choices=("train", "heldout"),
     help="Name pool: held-out names never occur in the training pool.",
 )
-def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
-    """Write a synthetic DuIE-style corpus (JSON lines) to OUT (needs the training extra: faker)."""
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> None:
+    """Write a synthetic DuIE-style corpus (JSON lines) to OUT (needs the training extra: faker).
+
+    OUT is written whole or not at all (a temporary file beside it, renamed at the end)."""
+    problem = _file_problem(out, force)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="OUT")
     try:
         from training.corpus import write_corpus
     except ImportError as exc:
@@ -73,7 +115,11 @@ def make_corpus(out: Path, count: int, seed: int, split: str) -> None:
             "pip install 'spo-service[training]' (in a checkout: make extra-training)"
         ) from None
 
-    write_corpus(out, count, seed, split)
+    with _written_whole(out) as tmp:
+        try:
+            write_corpus(tmp, count, seed, split)
+        except OSError as exc:
+            raise _cannot_write(out, exc) from None
     click.echo(f"{out}: {count} records (seed {seed}, {split} names)")
 
 
@@ -245,6 +291,7 @@ def train_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the records the model got wrong (JSON lines) here.",
 )
+@click.option("--force", is_flag=True, help="Replace the --errors file if it exists.")
 @precision_option(default=None, help_lead="Run the model in this precision")
 @_existing(
     "--baseline",
@@ -270,6 +317,7 @@ def evaluate_command(
     data_path: Path,
     model_dir: Path,
     errors_path: Path | None,
+    force: bool,
     precision: str | None,
     baseline_dir: Path | None,
     baseline_precision: str | None,
@@ -286,17 +334,23 @@ def evaluate_command(
     from nlp.errors import ModelLoadError
     from training.evaluate import DataError, MismatchError, compare, evaluate
 
-    if errors_path is not None and errors_path.exists() and errors_path.samefile(data_path):
-        raise click.BadParameter(
-            f"{errors_path} is DATA_PATH: writing the errors there would replace the data",
-            param_hint="--errors",
-        )
+    if baseline_dir is not None and errors_path is not None:
+        raise click.UsageError("--errors is for one model; leave out --baseline")
+    if baseline_dir is not None and output_format != "json":
+        raise click.UsageError("--format text is for one model; leave out --baseline")
+    if errors_path is not None:
+        if errors_path.exists() and errors_path.samefile(data_path):
+            raise click.BadParameter(
+                f"{errors_path} is DATA_PATH: writing the errors there would replace the data",
+                param_hint="--errors",
+            )
+        problem = _file_problem(errors_path, force)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--errors")
+    # The errors file is made before the evaluation, so a path that cannot be written fails first.
+    written = _written_whole(errors_path) if errors_path is not None else nullcontext(None)
     try:
         if baseline_dir is not None:
-            if errors_path is not None:
-                raise click.UsageError("--errors is for one model; leave out --baseline")
-            if output_format != "json":
-                raise click.UsageError("--format text is for one model; leave out --baseline")
             comparison = compare(
                 model_dir,
                 baseline_dir,
@@ -306,13 +360,16 @@ def evaluate_command(
             )
             click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
             return
-        scores, errors = evaluate(model_dir, data_path, precision=precision)
+        with written as tmp:
+            scores, errors = evaluate(model_dir, data_path, precision=precision)
+            if tmp is not None and errors_path is not None:
+                try:
+                    with tmp.open("w", encoding="utf-8") as fh:
+                        fh.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
+                except OSError as exc:
+                    raise _cannot_write(errors_path, exc) from None
     except (ModelLoadError, DataError, MismatchError) as exc:
         raise click.ClickException(str(exc)) from exc
-    if errors_path is not None:
-        with errors_path.open("w", encoding="utf-8") as fh:
-            for e in errors:
-                fh.write(json.dumps(e, ensure_ascii=False) + "\n")
     if output_format == "text":
         click.echo(scores.to_text(f"{data_path} on {model_dir}"))
     else:

@@ -56,6 +56,35 @@ def test_evaluate_errors_never_replace_the_data(triples_model_dir, tmp_path):
     assert (tmp_path / "errors.jsonl").read_text(encoding="utf-8").count("\n") >= 1  # 导演 missed
 
 
+def test_evaluate_errors_refuses_what_it_would_replace_and_where_it_cannot_write(
+    triples_model_dir, tmp_path, monkeypatch
+):
+    import training.evaluate
+
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--errors"]
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n", encoding="utf-8")
+    result = CliRunner().invoke(main, [*args, str(mine)])
+    assert result.exit_code == 2 and "exists (use --force to replace it)" in result.output
+    assert mine.read_text(encoding="utf-8") == "my notes\n"
+    result = CliRunner().invoke(main, [*args, str(tmp_path)])
+    assert result.exit_code == 2  # a directory: click's own check
+    # A path that cannot be written is named before the model runs (was: a traceback after it).
+    ran = []
+    monkeypatch.setattr(training.evaluate, "evaluate", lambda *a, **k: ran.append(1))
+    blocker = tmp_path / "blocker"
+    blocker.write_text("", encoding="utf-8")
+    result = CliRunner().invoke(main, [*args, str(blocker / "errors.jsonl")])
+    assert result.exit_code == 1 and result.output.startswith(f"Error: cannot write {blocker}")
+    assert "Traceback" not in result.output and ran == []
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, [*args, str(mine), "--force"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(mine.read_text(encoding="utf-8").splitlines()[0])["text"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
+
+
 def test_evaluate_reports_scores_per_predicate_and_per_pattern(triples_model_dir, tmp_path):
     data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
     result = CliRunner().invoke(main, ["evaluate", str(data), "--model", str(triples_model_dir)])
@@ -137,6 +166,35 @@ def test_modelcli_make_corpus_writes_the_generator_output(tmp_path):
     assert result.exit_code == 0, result.output
     write_corpus(tmp_path / "b.jsonl", 30, seed=1)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_modelcli_make_corpus_never_replaces_a_file_unasked_nor_leaves_half_a_corpus(
+    tmp_path, monkeypatch
+):
+    import training.corpus
+
+    out = tmp_path / "train.jsonl"
+    out.write_text('{"text": "my labelled data", "triples": []}\n', encoding="utf-8")
+    before = out.read_bytes()
+    result = CliRunner().invoke(main, ["make-corpus", str(out), "--n", "3"])
+    assert result.exit_code == 2 and "exists (use --force to replace it)" in result.output
+    assert out.read_bytes() == before
+
+    def interrupted(path, n, seed, split="train"):
+        path.write_text('{"text": "half"}\n', encoding="utf-8")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training.corpus, "write_corpus", interrupted)
+    result = CliRunner().invoke(main, ["make-corpus", str(out), "--n", "3", "--force"])
+    assert result.exit_code == 1 and "Aborted" in result.output
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, ["make-corpus", str(out), "--n", "3", "--force"])
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    result = CliRunner().invoke(main, ["make-corpus", str(out / "x.jsonl"), "--n", "3"])
+    assert result.exit_code == 1 and result.output.startswith(f"Error: cannot write {out}")
+    assert "Traceback" not in result.output
 
 
 def test_modelcli_make_corpus_without_the_training_extra_names_it(tmp_path, monkeypatch):
