@@ -162,6 +162,9 @@ class FileOutput(Output):
                 f"{path} is not a regular file: -o takes a file; -o - writes to stdout (redirect "
                 "or pipe that)"
             )
+        base = next(parent for parent in path.parents if parent.exists())  # at worst . or /
+        if not base.is_dir():
+            raise OutputError(f"cannot write {path}: {base} is a file, not a directory")
         if resume and has_sidecar:
             self._check_resumable(Checkpoint.load(self.sidecar))
         elif resume and exists:
@@ -208,6 +211,12 @@ class FileOutput(Output):
 
     def open(self) -> None:
         """Create (or truncate to the checkpoint) the output; write the first checkpoint."""
+        try:
+            self._open()
+        except OSError as exc:  # a read-only mount, no permission, a file where a directory goes
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.resuming:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT)
@@ -221,6 +230,15 @@ class FileOutput(Output):
             _fsync_dir(self.path.parent)
 
     def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
+        try:
+            self._write_window(data, records, errors, last_id)
+        except OSError as exc:  # a full disk, a quota: what the last checkpoint counts is whole
+            raise OutputError(
+                f"cannot write {self.path}: {exc.strerror or exc}; the output up to the last "
+                "checkpoint is whole: make room, then run the same command with --resume"
+            ) from None
+
+    def _write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
         assert self.fd is not None, "open() first"
         view = memoryview(data)
         while view:

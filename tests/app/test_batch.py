@@ -219,6 +219,44 @@ def test_batch_output_must_be_a_regular_file(tmp_path: Path) -> None:
     assert not (tmp_path / "pipe.checkpoint.json").exists()
 
 
+def test_batch_output_that_cannot_be_written_is_one_line_and_a_full_disk_is_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("".join(f"北京{i}\n" for i in range(40)), encoding="utf-8")
+    (tmp_path / "blocker").write_text("")
+    with pytest.raises(
+        OutputError,
+        match=r"^cannot write .*blocker/out.jsonl: .*blocker is a file, not a directory$",
+    ):
+        run(tmp_path, [path], name="blocker/out.jsonl")
+    from app.batch import output
+
+    def read_only(*args: Any) -> int:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(output.os, "open", read_only)  # a read-only mount (root ignores chmod)
+    with pytest.raises(OutputError, match=r"^cannot write .*out.jsonl: Read-only file system$"):
+        run(tmp_path, [path])
+    monkeypatch.undo()
+    # The disk fills after the first window: the message says what is whole and how to go on.
+
+    real_write, calls = os.write, []
+
+    def full_after_one(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(output.os, "write", full_after_one)
+    with pytest.raises(OutputError, match="No space left on device; the output up to the last "):
+        run(tmp_path, [path], window=8, force=True)
+    monkeypatch.undo()
+    out = run(tmp_path, [path], window=8, resume=True)
+    assert [r["id"] for r in lines(out)] == list(range(1, 41))
+
+
 @pytest.fixture
 def fake_cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     import app.batch.command as command
