@@ -16,6 +16,8 @@ empty directory or a model directory (one with ``model.json``), never another di
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from nlp.errors import ManifestError
@@ -69,12 +71,21 @@ def check_conversion(
 
 def replaceable(out: str | Path, *, force: bool) -> str | None:
     """Why a model directory may not be written at ``out``, or ``None`` when it may: ``out`` is
-    free, or ``force`` and it is an empty directory or a model directory (``model.json`` in it).
+    free, or ``force`` and it is an empty directory or a model directory (``model.json`` in it);
+    and the directory it goes in can be written (the model is staged beside ``out``: asked by
+    making and removing a directory there, so that an hour's training never ends in a traceback).
 
     >>> replaceable("no/such/dir", force=False) is None
     True
     """
     out = Path(out)
+    base = next((parent for parent in out.parents if parent.exists()), Path("."))
+    if not base.is_dir():
+        return f"cannot write {out}: {base} is a file, not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.", dir=base))
+    except OSError as exc:  # a read-only mount, no permission
+        return f"cannot write {out}: {exc.strerror or exc}"
     if not out.exists():
         return None
     if not out.is_dir():

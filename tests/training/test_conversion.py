@@ -149,6 +149,36 @@ def test_replaceable_is_free_or_a_model_directory_or_empty_never_other_files(
     assert "exists and is not a directory" in str(replaceable(work / "notes.txt", force=True))
 
 
+def test_replaceable_asks_whether_the_place_can_be_written_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked before training or converting (was: a traceback when the model was staged, after an
+    hour's training); the question leaves nothing behind."""
+    import tempfile
+
+    from training.config import TrainConfig
+    from training.conversion import replaceable
+    from training.train import train
+
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    under_a_file = tmp_path / "notes.txt" / "models" / "demo"
+    assert str(replaceable(under_a_file, force=True)).endswith(
+        "notes.txt is a file, not a directory"
+    )
+    with pytest.raises(FileExistsError, match=r"notes\.txt is a file, not a directory"):
+        train(TrainConfig(train_path=tmp_path / "missing.jsonl", out_dir=under_a_file))
+    assert replaceable(tmp_path / "new" / "model", force=False) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+    def read_only(**kwargs: object) -> str:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    assert replaceable(tmp_path / "model", force=False) == (
+        f"cannot write {tmp_path / 'model'}: Read-only file system"
+    )
+
+
 def test_no_writer_deletes_a_folder_of_other_files(triples_model_dir: Path, tmp_path: Path) -> None:
     """spo train (which always replaces --out), spo export --force and the converters with --force
     refuse an output folder that holds other files, before any work, and leave it as it was."""
