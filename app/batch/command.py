@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -85,6 +86,15 @@ def extract(
                     "metrics would replace it",
                     param_hint="--metrics-file",
                 )
+        try:  # asked now, not after the run: a directory that cannot be written (or made)
+            metrics_file.parent.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".", dir=metrics_file.parent)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot write {metrics_file}: {exc.strerror or exc}", param_hint="--metrics-file"
+            ) from None
     options = BatchOptions(
         inputs=inputs,
         output=output,

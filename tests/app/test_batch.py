@@ -310,6 +310,14 @@ def test_batch_cli_metrics_file_never_replaces_an_input_or_the_output(
     args = ["extract", str(tmp_path / "a.txt"), "-o", str(out), "--metrics-file"]
     assert fake_cli.invoke(main, [*args, str(tmp_path / "spo.prom")]).exit_code == 0
     assert "spo_batch_records 1" in (tmp_path / "spo.prom").read_text()
+    # A place it cannot be written is named before the run (was: an error after the whole run).
+    out.unlink()
+    result = fake_cli.invoke(main, [*args, str(tmp_path / "a.txt" / "spo.prom")])
+    assert result.exit_code == 2 and "cannot write" in result.stderr and not out.exists()
+    # A directory that does not exist yet is made, as -o makes its own.
+    result = fake_cli.invoke(main, [*args, str(tmp_path / "new" / "spo.prom"), "--force"])
+    assert result.exit_code == 0 and (tmp_path / "new" / "spo.prom").is_file()
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["spo.prom"]
 
 
 def test_batch_cli_interrupted_says_how_to_resume(
