@@ -46,6 +46,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -457,9 +458,17 @@ _CAUSES = re.compile(
 
 
 def _cause(exc: BaseException) -> str:
-    """The line of a failed Spark job's (long, Java) message that says why."""
+    """The line of a failed Spark job's (long, Java) message that says why: a known cause, else
+    the innermost Java exception (``java.io.IOException: Mkdirs failed to create ...``)."""
     found = _CAUSES.search(str(exc))
-    return found.group(1).strip() if found else _first_line(exc)
+    if found:
+        return found.group(1).strip()
+    java = getattr(exc, "java_exception", None)  # py4j's Py4JJavaError
+    if java is None:
+        return _first_line(exc)
+    while java.getCause() is not None:
+        java = java.getCause()
+    return str(java.toString()).strip().splitlines()[0]
 
 
 # --- text and JSON lines files -----------------------------------------------------------------
@@ -698,7 +707,14 @@ def output_problem(
         if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
             return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
     if not fs.exists(out):
-        return None
+        # Asked now by making (and removing) a directory beside it, not by the job's first task.
+        probe = jvm.org.apache.hadoop.fs.Path(out.getParent(), f".spo-probe-{uuid.uuid4().hex}")
+        try:
+            made = fs.mkdirs(probe)
+            fs.delete(probe, True)
+        except Exception as exc:  # py4j's Py4JJavaError: the file system said no
+            return f"cannot write {output}: {_cause(exc)}"
+        return None if made else f"cannot write {output}: cannot make a directory beside it"
     if not fs.getFileStatus(out).isDirectory():
         return f"{output} is a file, not a spark-extract output: choose another OUTPUT"
     names = (str(s.getPath().getName()) for s in fs.listStatus(out))
@@ -822,7 +838,7 @@ def run_spark_extract(
             raise SparkExtractError(
                 f"{options.output} exists; use --force to overwrite it"
             ) from None
-        raise
+        raise SparkExtractError(f"the Spark job failed: {_cause(exc)}") from None
     summary = SparkSummary(seconds=time.perf_counter() - started, output=options.output)
     if options.output_format == "jsonl":
         written = spark.read.text(options.output)

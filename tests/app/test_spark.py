@@ -250,6 +250,32 @@ def test_spark_extract_never_overwrites_an_input_or_other_files(spark: Any, tmp_
     assert problem(earlier) is None  # _SUCCESS, part-*, their .crc files: an earlier output
 
 
+def test_spark_extract_output_that_cannot_be_written_is_one_line(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked through Hadoop before the job (a probe directory beside the output, removed); and a
+    job that fails all the same ends in one line naming the innermost Java cause, not a py4j
+    traceback."""
+    data = tmp_path / "in.txt"
+    data.write_text("张艺谋执导了《红高粱》。\n", encoding="utf-8")
+    (tmp_path / "notes.md").write_text("keep\n")
+    under_a_file = tmp_path / "notes.md" / "out"
+    problem = spo_spark.output_problem(spark, str(under_a_file), (str(data),), force=False)
+    assert problem is not None and problem.startswith(f"cannot write {under_a_file}: ")
+    assert "ParentNotDirectoryException" in problem
+    assert spo_spark.output_problem(spark, str(tmp_path / "new"), (str(data),), False) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "notes.md"]
+    monkeypatch.setattr(spo_spark, "output_problem", lambda *args: None)
+    options = spo_spark.SparkExtractOptions(
+        inputs=(str(data),), output=str(under_a_file), model_dir=DEFAULT_MODEL_DIR
+    )
+    with pytest.raises(spo_spark.SparkExtractError) as failed:
+        spo_spark.run_spark_extract(spark, options)
+    assert str(failed.value).startswith("the Spark job failed: ")
+    assert "Parent path is not a directory" in str(failed.value)
+    assert "\n" not in str(failed.value) and (tmp_path / "notes.md").read_text() == "keep\n"
+
+
 def test_spark_extract_bad_master_is_one_line(tmp_path: Path) -> None:
     spo = Path(sys.executable).with_name("spo")
     (tmp_path / "in.txt").write_text("a\n")
