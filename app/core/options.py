@@ -399,7 +399,8 @@ _TABLE = (
     Option("microbatch_max_texts", 32, "micro-batching: most texts in one combined model call", _int,
            in_range(1, 10_000)),
     Option("jemalloc", True, "LD_PRELOAD jemalloc when Debian's libjemalloc2 is installed", _bool),
-    Option("pid_file", None, "gunicorn master's pid file, read by spo reload", _path,
+    Option("pid_file", None, "gunicorn master's pid file, read by spo reload (in a writable "
+           "directory that exists: checked before gunicorn starts)", _path,
            doc_default="`/tmp/spo-service-<address>.pid`"),
     # -- logs -----------------------------------------------------------------------------------------
     Option("log_format", "text", "text, or json for one JSON object per line (the service and every "

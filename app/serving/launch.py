@@ -94,6 +94,24 @@ def default_pid_file(address: str) -> Path:
     return Path(tempfile.gettempdir()) / f"spo-service-{slug}.pid"
 
 
+def pid_file_problem(pid_file: Path) -> str | None:
+    """Why the master could not write ``pid_file`` (None: it can). gunicorn writes it through a
+    temporary file in the same directory and makes no directory, so that one must exist and be
+    writable; asked before gunicorn starts (which would end in a traceback).
+
+    >>> pid_file_problem(Path("/no/such/dir/spo.pid"))
+    'the pid file /no/such/dir/spo.pid: /no/such/dir is not a directory'
+    """
+    folder = pid_file.parent
+    if not folder.is_dir():
+        return f"the pid file {pid_file}: {folder} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the pid file {pid_file}: {folder} is not writable"
+    if pid_file.is_dir():
+        return f"the pid file {pid_file} is a directory"
+    return None
+
+
 def openvino_models(settings: Settings) -> list[str]:
     """The names of the served models that run on the openvino engine (their model.json says so)."""
     from nlp.errors import SpoError

@@ -21,7 +21,12 @@ import click
 
 from app.core.options import LISTEN, address_problem, click_options
 from app.core.settings import Settings, SettingsError
-from app.serving.launch import default_pid_file, gunicorn_args_problems, gunicorn_command
+from app.serving.launch import (
+    default_pid_file,
+    gunicorn_args_problems,
+    gunicorn_command,
+    pid_file_problem,
+)
 from app.serving.master import check_model_dir, not_a_master
 from app.serving.nginx import nginx_only_problems
 from nlp.errors import SpoError
@@ -100,6 +105,8 @@ def serve(
             raise click.ClickException(f"cannot serve {directory}: {exc.message}") from None
     address = nginx_listen if nginx_listen is not None else settings.bind
     pid_file = settings.pid_file or default_pid_file(address)
+    if problem := pid_file_problem(pid_file):
+        raise click.UsageError(f"{problem} (SPO_PID_FILE)")
     owned = gunicorn_args_problems(gunicorn_args)
     if owned:
         raise click.UsageError(

@@ -24,6 +24,7 @@ from app.serving.launch import (
     default_pid_file,
     gunicorn_args_problems,
     gunicorn_command,
+    pid_file_problem,
 )
 from app.serving.master import SETTINGS_VAR
 from app.serving.nginx import render_nginx_conf
@@ -151,6 +152,27 @@ def test_server_other_gunicorn_args_pass(triples_model_dir: Path) -> None:
     assert argv[-2:] == ["--log-level", "debug"]
     assert gunicorn_args_problems(["--log-level", "debug", "--keep-alive", "10"]) == []
     assert doctest.testmod(launch).failed == 0
+
+
+def test_server_pid_file_the_master_cannot_write_is_refused_before_it_starts(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """gunicorn makes no directory for its pid file: it ended in a traceback after starting."""
+    (tmp_path / "notes.md").write_text("keep\n")
+    for pid_file, problem in (
+        (tmp_path / "run" / "spo.pid", f"{tmp_path / 'run'} is not a directory"),
+        (tmp_path / "notes.md" / "spo.pid", f"{tmp_path / 'notes.md'} is not a directory"),
+        (tmp_path, f"the pid file {tmp_path} is a directory"),
+    ):
+        result = CliRunner().invoke(
+            main,
+            ["serve", "--check-config"],
+            env={"SPO_MODEL_DIR": str(triples_model_dir), "SPO_PID_FILE": str(pid_file)},
+        )
+        assert (
+            result.exit_code == 2 and problem in result.output and "(SPO_PID_FILE)" in result.output
+        )
+    assert pid_file_problem(tmp_path / "spo.pid") is None
 
 
 def test_server_default_pid_file_is_per_address() -> None:
