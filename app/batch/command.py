@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +17,15 @@ from app.batch.workers import WorkerError
 from app.core.options import click_options
 from app.core.settings import model_directory
 from nlp.errors import SpoError
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: raised in the main thread, unwinding like ``KeyboardInterrupt`` (a
+    ``BaseException``, so that no ``except Exception`` on the way swallows it)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 @click.command("extract")
@@ -115,6 +125,9 @@ def extract(
         extra_rewrites=extra_rewrites,
         record_timeout=record_timeout,
     )
+    # SIGTERM (kill, a container stopped or evicted) ends the run as Ctrl-C does: the workers
+    # stopped, the output whole up to its last checkpoint, and a line saying how to go on.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         summary = run_batch(
             options,
@@ -128,9 +141,10 @@ def extract(
         raise click.ClickException(str(exc)) from None
     except SpoError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from None
-    except KeyboardInterrupt:  # Ctrl-C: say how to go on, exit as a shell expects (128 + SIGINT)
+    except (KeyboardInterrupt, Terminated) as exc:  # exit as a shell expects: 128 + the signal
+        stopped = isinstance(exc, Terminated)
         click.echo(
-            "spo extract: interrupted; "
+            f"spo extract: {'terminated (SIGTERM)' if stopped else 'interrupted'}; "
             + (
                 "the output so far ends at the last checkpoint: add --resume to the same command "
                 "to continue"
@@ -139,10 +153,12 @@ def extract(
             ),
             err=True,
         )
-        raise SystemExit(130) from None
+        raise SystemExit(128 + (signal.SIGTERM if stopped else signal.SIGINT)) from None
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not quiet:
         click.echo(summary.line(), err=True)
     if metrics_file is not None:

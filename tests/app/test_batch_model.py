@@ -136,3 +136,21 @@ def test_batch_model_workers_and_kill_resume_are_byte_identical(
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     assert out.read_bytes() == ref
     assert not sidecar.exists()
+
+    # SIGTERM (a container stopped or evicted) ends it as Ctrl-C does: 128 + 15, and how to go on.
+    proc = subprocess.Popen([*cmd, "--workers", "1", "--force"], cwd=ROOT, stderr=subprocess.PIPE)
+    done, deadline = 0, time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and done < 192:
+        with contextlib.suppress(OSError, ValueError):
+            done = json.loads(sidecar.read_text())["done"]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err.decode()[-2000:]
+    assert (
+        b"spo extract: terminated (SIGTERM); the output so far ends at the last checkpoint" in err
+    )
+    assert b"Traceback" not in err and 0 < out.stat().st_size < len(ref)
+    resumed = subprocess.run([*cmd, "--resume"], cwd=ROOT, capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    assert out.read_bytes() == ref
