@@ -370,11 +370,30 @@ def predict_triples(extractor: Any, texts: Sequence[str], batch: int = 64) -> li
 
 
 def _findable_by(model_dir: str | Path) -> Callable[[dict[str, Any]], None]:
-    """``labels_check`` for the model in ``model_dir``, any label (its manifest only: nothing is
-    loaded)."""
+    """``_scorable`` for the model in ``model_dir`` (its manifest only: nothing is loaded)."""
     from nlp.manifest import load_manifest
 
-    return labels_check(load_manifest(model_dir).task)
+    return _scorable(load_manifest(model_dir).task)
+
+
+def _scorable(task: str) -> Callable[[dict[str, Any]], None]:
+    """``labels_check`` for scoring (any label), and the check every text gets before a model sees
+    it (``nlp.validation``: at most the extractor's default length, no NUL, no lone surrogate), so
+    that a text the model cannot be given is named by its line before the model loads."""
+    from nlp.config import DEFAULT_MAX_TEXT_CHARS
+    from nlp.errors import SpoError
+    from nlp.validation import check_text
+
+    findable = labels_check(task)
+
+    def check(record: dict[str, Any]) -> None:
+        try:
+            check_text(record["text"], DEFAULT_MAX_TEXT_CHARS, "'text'")
+        except SpoError as exc:
+            raise ValueError(exc.message) from None
+        findable(record)
+
+    return check
 
 
 def model_precision(model_dir: str | Path) -> str:
@@ -521,7 +540,7 @@ def compare(
             f"{model_dir} answers {tasks[0]} and the baseline {baseline_dir} answers {tasks[1]}: "
             "compare two models of one task"
         )
-    records = read_records(Path(data_path), check=labels_check(tasks[0]))
+    records = read_records(Path(data_path), check=_scorable(tasks[0]))
     run = _predict(model_dir, precision, records)
     reference = _predict(baseline_dir, baseline_precision, records).predicted
     same = sum(p == r for p, r in zip(run.predicted, reference, strict=True))

@@ -260,5 +260,28 @@ def test_labels_check_refuses_what_the_model_could_never_find(
         read_records(path, check=check)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("张" * 10_001, "line 2: 'text' has 10001 characters; the limit is 10000"),
+        ("张三\x00出生于北京。", "line 2: 'text' contains NUL at index 2"),
+        ("\ud800张三出生于北京。", "line 2: 'text' contains a lone surrogate (U+D800) at index 0"),
+    ],
+)
+def test_evaluate_names_a_text_the_model_cannot_be_given_before_it_loads(
+    triples_model_dir: Path, tmp_path: Path, text: str, message: str
+) -> None:
+    """The check every text gets before a model sees it (``nlp.validation``), by its line (was a
+    traceback from the extractor, naming ``texts[0]`` of some batch); training keeps long texts."""
+    path = tmp_path / "data.jsonl"
+    lines = [{"text": "张三出生于北京。", "triples": []}, {"text": text, "triples": []}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    with pytest.raises(DataError, match=re.escape(message)):
+        evaluate_module.evaluate(triples_model_dir, path)
+    with pytest.raises(DataError, match=re.escape(message)):
+        evaluate_module.compare(triples_model_dir, triples_model_dir, path)
+    assert read_records(path, check=labels_check("triples")) == lines  # as training reads
+
+
 def test_evaluate_doctests() -> None:
     assert doctest.testmod(evaluate_module).failed == 0
