@@ -16,20 +16,32 @@ the connection, and the client sees ``ConnectionResetError`` / ``BrokenPipeError
 3. then the connection closes (gthread's graceful close): the client has sent everything, finds the
    answer waiting, and reads it.
 
-A client that keeps sending past those bounds gets the reset it would get from nginx. The worker class
-is chosen in ``deploy/gunicorn.conf.py``; it relies on gunicorn's request objects (``Request.body``,
-``Request.force_close``, ``Parser.finish_body``) of the pinned gunicorn version.
+A client that keeps sending past those bounds gets the reset it would get from nginx.
+
+What gunicorn answers itself, a request it cannot parse (a bad request line, method, version or
+header; a request line or headers over its limits; 400, 414, 431...), is problem+json too, as nginx's
+answers and the app's are (``problem_answer``): gunicorn writes its HTML page to a stand-in for the
+client, the status is read from it, and the client gets the problem instead. The worker class is
+chosen in ``deploy/gunicorn.conf.py``; it relies on gunicorn's request objects (``Request.body``,
+``Request.force_close``, ``Parser.finish_body``) and ``Worker.handle_error`` of the pinned gunicorn
+version.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
+from gunicorn import util
 from gunicorn.http.body import ChunkedReader, LengthReader
 from gunicorn.workers.gthread import ThreadWorker as _GThreadWorker
+
+from app.core.problems import problem_for
 
 LINGER_S = 10.0
 LINGER_MAX_BYTES = 1 << 30
@@ -82,6 +94,67 @@ def linger(conn: Any, seconds: float = LINGER_S) -> bool:
     return bool(conn.parser.finish_body(deadline=deadline, max_bytes=LINGER_MAX_BYTES))
 
 
+# What gunicorn's own refusals say (nginx's words where nginx answers the same).
+_DETAILS = {
+    400: "The HTTP request is malformed.",
+    403: "The request is forbidden.",
+    414: "The request line is too long.",
+    417: "The expectation cannot be met.",
+    431: "The request headers are too large.",
+    500: "An unexpected error occurred. Quote the request id when reporting it.",
+    501: "The transfer coding is not supported.",
+}
+
+
+def problem_answer(status: int) -> bytes:
+    """The whole HTTP answer, problem+json, for a request gunicorn refused with ``status`` before
+    the app saw it: ``internal_error`` for a 500, else ``bad_request`` (the status kept, as nginx
+    keeps its 414 and 431).
+
+    >>> head, body = problem_answer(431).split(b"\\r\\n\\r\\n")
+    >>> head.splitlines()[0], json.loads(body)["code"], json.loads(body)["status"]
+    (b'HTTP/1.1 431 Request Header Fields Too Large', 'bad_request', 431)
+    """
+    code = problem_for("internal_error" if status == 500 else "bad_request").code
+    request_id = uuid.uuid4().hex
+    phrase = HTTPStatus(status).phrase
+    detail = _DETAILS.get(status, _DETAILS[400])
+    body = json.dumps(
+        {
+            "type": "about:blank",
+            "title": phrase,
+            "status": status,
+            "code": code,
+            "detail": detail,
+            "request_id": request_id,
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\nConnection: close\r\n"
+        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n"
+        f"X-Request-ID: {request_id}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class _Kept:
+    """A client socket whose writes are kept (gunicorn's HTML error page); all else goes through."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.sent = bytearray()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def send(self, data: bytes) -> int:
+        self.sent += data
+        return len(data)
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
     """gthread, plus a clean close after answering over an unread request body (module doc)."""
 
@@ -102,3 +175,15 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
             self.log.debug("answered over an unread body; drained it: %s", drained)
             return False
         return keepalive
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's own answer (its logging and access-log line), as problem+json (module doc)."""
+        kept = _Kept(client)
+        super().handle_error(req, kept, addr, exc)
+        status_line = bytes(kept.sent).split(b"\r\n", 1)[0].split(b" ")
+        if len(status_line) < 2 or not status_line[1].isdigit():
+            return  # nothing was written (the client had gone)
+        try:
+            util.write_nonblock(client, problem_answer(int(status_line[1])))
+        except Exception:
+            self.log.debug("Failed to send error message.")

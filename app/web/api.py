@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import NotFound, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, NotFound, RequestEntityTooLarge
 
 from app.core.problems import LOAD_ERROR_CODES
 from app.core.settings import Settings
@@ -127,7 +127,15 @@ def read_json_body() -> Any:
         )
     # Werkzeug answers 413 itself when Content-Length is over MAX_CONTENT_LENGTH (the limit + 1), but
     # silently truncates a chunked body at it: reading one byte more than allowed tells them apart.
-    raw = request.get_data(cache=False)
+    try:
+        raw = request.get_data(cache=False)
+    except HTTPException:
+        raise  # werkzeug's own answers (413 over MAX_CONTENT_LENGTH, a client gone: 400)
+    except Exception:  # the server's reader: broken chunked framing, a body that ended early
+        raise ApiError(
+            "bad_request",
+            "The request body cannot be read: its chunked framing is broken or it ended early.",
+        ) from None
     if len(raw) > settings().max_body_bytes:
         raise RequestEntityTooLarge()
     try:

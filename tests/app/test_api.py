@@ -217,6 +217,30 @@ def test_api_extract_compressed_body_is_415(client: FlaskClient, encoding: str) 
     assert client.post("/v1/extract", json={"text": "a"}, headers=plain).status_code == 200
 
 
+def test_api_extract_unreadable_body_is_400_not_500(client: FlaskClient) -> None:
+    """gunicorn's reader raises its own errors on broken chunked framing (``InvalidChunkSize``) or a
+    body cut short: the client's fault, answered 400 ``bad_request`` (was a 500)."""
+
+    class InvalidChunkSize(Exception):  # gunicorn's: an Exception, not the OSError werkzeug catches
+        pass
+
+    class BrokenChunks:
+        def read(self, *size: int) -> bytes:
+            raise InvalidChunkSize("Invalid chunk size: b'zz'")
+
+        readline = read
+
+    response = client.post(
+        "/v1/extract",
+        content_type="application/json",
+        headers={"Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input": BrokenChunks(), "wsgi.input_terminated": True},
+    )
+    assert_problem(response, 400, "bad_request")
+    assert "chunked framing is broken" in response.get_json()["detail"]
+    assert "zz" not in response.get_json()["detail"]
+
+
 def test_api_extract_body_over_limit_is_413(make_fake_app: Callable[..., Flask]) -> None:
     client = make_fake_app(max_body_bytes=2048, max_text_chars=4000).test_client()
     at_limit = b'{"text": "' + b"a" * (2048 - 12) + b'"}'

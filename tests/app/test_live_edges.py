@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -82,6 +83,50 @@ def _assert_body_too_large(status: int, content_type: str, body: bytes) -> None:
     assert status == 413
     assert content_type.split(";")[0] == PROBLEM
     assert json.loads(body)["code"] == "body_too_large"
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    """Everything the server answers to ``request`` sent as it is, until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+JSON_POST = b"POST /v1/extract HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (JSON_POST + b"Content-Length: abc\r\n\r\n{}", 400),
+        (JSON_POST + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+        (b"P@ST /v1/extract HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+        (b"GET /healthz HTTP/9.9\r\nHost: a\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: a\r\nBad Header: 1\r\n\r\n", 400),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
+        (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-A: " + b"a" * 20000 + b"\r\n\r\n", 431),
+        (JSON_POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400),
+    ],
+    ids=["length", "two-lengths", "method", "version", "header-name", "uri", "headers", "chunk"],
+)
+def test_live_edges_malformed_http_is_answered_as_a_problem_never_html(
+    server: Server, request_bytes: bytes, status: int
+) -> None:
+    """What gunicorn refuses itself (it wrote an HTML page) and a chunked body whose framing breaks
+    inside the app (it was a 500) are problem+json, one answer each, as behind nginx."""
+    answer = _raw(server.port, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith(f"HTTP/1.1 {status} "), answer[:300]
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert headers["Content-Type"].split(";")[0] == PROBLEM
+    problem = json.loads(body[: int(headers["Content-Length"])])
+    assert problem["status"] == status and problem["code"] == "bad_request"
+    assert problem["request_id"] == headers["X-Request-ID"]
+    assert body[int(headers["Content-Length"]) :] == b"", "a second answer followed the first"
 
 
 def test_live_edges_18mb_body_via_urllib_reads_the_413(server: Server) -> None:
