@@ -156,7 +156,8 @@ class _Kept:
 
 
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
-    """gthread, plus a clean close after answering over an unread request body (module doc)."""
+    """gthread, plus a clean close after answering over an unread request body, and problem+json
+    for what gunicorn refuses itself (module doc)."""
 
     wsgi: Any
 
