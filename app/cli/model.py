@@ -560,6 +560,10 @@ def copy_vocab_command(model_dir: Path) -> None:
         old = copy_vocab_in(model_dir)
     except SpoError as exc:
         raise click.ClickException(exc.message) from exc
+    except OSError as exc:  # a read-only mount, no permission: model.json was not touched
+        raise click.ClickException(
+            f"cannot write into {model_dir}: {exc.strerror or exc}; model.json is unchanged"
+        ) from None
     if old is None:
         click.echo(f"{model_dir} holds its vocab already; nothing to do")
     else:

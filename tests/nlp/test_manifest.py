@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -204,6 +205,24 @@ def test_manifest_copy_vocab_in_makes_an_old_directory_self_contained(old_projec
     assert m.vocab_path == (model_dir / "vocab.txt").resolve()
     again = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
     assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_manifest_copy_vocab_in_a_directory_it_cannot_write_is_one_line(old_project, monkeypatch):
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    model_dir = old_project / "models" / "tiny"
+    before = (model_dir / "model.json").read_bytes()
+
+    def read_only(self, data):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Path, "write_bytes", read_only)  # a read-only mount (root ignores chmod)
+    result = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"cannot write into {model_dir}: Read-only file system" in result.output
+    assert (model_dir / "model.json").read_bytes() == before
 
 
 def test_manifest_vocab_in_a_subfolder_of_the_directory_is_no_old_layout(model_copy, caplog):
