@@ -99,6 +99,15 @@ def precision_help() -> str:
     return "; ".join(f"{name}: {needs}" for name, needs in PRECISIONS.items())
 
 
+def _positive_int(value: object) -> bool:
+    """An ``int`` of at least 1 (not a bool, a float or a string of digits).
+
+    >>> [_positive_int(v) for v in (1, 0, "2", True, 2.0)]
+    [True, False, False, False, False]
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """How to load one model directory. Frozen and picklable (it crosses the batch workers' spawn).
@@ -173,12 +182,13 @@ class LoadOptions:
         out = []
         if self.precision is not None and self.precision not in PRECISIONS:
             out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.max_text_chars < 1:
-            out.append(f"max_text_chars must be positive, got {self.max_text_chars}")
+        # Integers, not their spellings: a "2" read from an environment is the caller's to parse.
+        if not _positive_int(self.max_text_chars):
+            out.append(f"max_text_chars must be a positive integer, got {self.max_text_chars!r}")
         for name in ("intra_op_threads", "inter_op_threads", "max_batch_tokens"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                out.append(f"{name} must be positive, got {value}")
+            if value is not None and not _positive_int(value):
+                out.append(f"{name} must be a positive integer (or None), got {value!r}")
         unknown = [r for r in self.extra_rewrites if r not in EXTRA_REWRITES]
         if unknown:
             out.append(

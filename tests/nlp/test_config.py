@@ -33,6 +33,18 @@ def test_config_unknown_rewrites_are_listed_with_the_known_ones():
     assert len(both) == 2 and both[0].startswith("precision must be one of")
 
 
+def test_config_counts_are_integers_not_their_spellings():
+    """``Extractor.load(d, intra_op_threads="2")`` (a value read from an environment) was a
+    ``TypeError: '<' not supported between 'str' and 'int'``: now each is named, all at once."""
+    bad = LoadOptions("m", intra_op_threads="2", max_text_chars=True, max_batch_tokens=0.5)  # type: ignore[arg-type]
+    assert bad.problems() == [
+        "max_text_chars must be a positive integer, got True",
+        "intra_op_threads must be a positive integer (or None), got '2'",
+        "max_batch_tokens must be a positive integer (or None), got 0.5",
+    ]
+    assert LoadOptions("m", intra_op_threads=2, max_batch_tokens=None).problems() == []
+
+
 def test_config_extra_rewrites_given_as_a_string_or_a_list_are_a_tuple():
     assert LoadOptions("m", extra_rewrites="fuse_sibling_dense").extra_rewrites == (
         "fuse_sibling_dense",
