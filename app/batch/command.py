@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import click
@@ -127,7 +128,9 @@ def extract(
     )
     # SIGTERM (kill, a container stopped or evicted) ends the run as Ctrl-C does: the workers
     # stopped, the output whole up to its last checkpoint, and a line saying how to go on.
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # (Python sets signal handlers from the main thread only; a command run elsewhere keeps its own.)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         summary = run_batch(
             options,
@@ -158,7 +161,8 @@ def extract(
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     if not quiet:
         click.echo(summary.line(), err=True)
     if metrics_file is not None:

@@ -338,6 +338,22 @@ def test_batch_cli_interrupted_says_how_to_resume(
     assert to_stdout.exit_code == 130 and "use -o FILE to be able to --resume" in to_stdout.stderr
 
 
+def test_batch_cli_runs_from_a_thread_other_than_the_main_one(
+    fake_cli: CliRunner, tmp_path: Path
+) -> None:
+    """SIGTERM's handler is set from the main thread only (elsewhere Python refuses to set one)."""
+    import threading
+
+    (tmp_path / "a.txt").write_text("张三在北京\n")
+    results: list[Any] = []
+    args = ["extract", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.jsonl")]
+    thread = threading.Thread(target=lambda: results.append(fake_cli.invoke(main, args)))
+    thread.start()
+    thread.join(60)
+    assert results and results[0].exit_code == 0, results and results[0].output
+    assert len(lines(tmp_path / "o.jsonl")) == 1
+
+
 def test_batch_cli_refuses_one_file_given_twice(fake_cli: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("x\n")
