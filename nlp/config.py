@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,12 +101,13 @@ def precision_help() -> str:
 
 
 def _positive_int(value: object) -> bool:
-    """An ``int`` of at least 1 (not a bool, a float or a string of digits).
+    """An integer of at least 1 (numpy's too; not a bool, a float or a string of digits).
 
-    >>> [_positive_int(v) for v in (1, 0, "2", True, 2.0)]
-    [True, False, False, False, False]
+    >>> import numpy as np
+    >>> [_positive_int(v) for v in (1, np.int64(2), 0, "2", True, 2.0)]
+    [True, True, False, False, False, False]
     """
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1
 
 
 @dataclass(frozen=True)
