@@ -37,7 +37,7 @@ def _terminated(signum: int, frame: object) -> None:
     default="-",
     show_default=True,
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="JSON lines file, or - for stdout.",
+    help="JSON lines file (one run at a time writes it), or - for stdout.",
 )
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any record is an error.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same output.")

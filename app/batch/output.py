@@ -7,10 +7,18 @@ inputs, options and model) is replaced atomically. ``--resume`` truncates the ou
 checkpointed byte count, so a partial line or a window written after the last checkpoint (a kill
 between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar is removed when the run
 completes; an output with no sidecar is complete (or not ours).
+
+One writer at a time: a run holds an exclusive ``flock`` on the output file from ``open()`` to its end,
+taken before anything is truncated or checkpointed, and a run that finds the output held (a cron job
+that overlaps the last one, the same command in a second shell) is refused, before its model loads
+when the output already exists. Two writers would each write at their own offsets and interleave
+their records (with ``--force`` and other options: a file of both runs' lines). The lock belongs to the
+open file, so a killed run leaves none behind.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -165,6 +173,8 @@ class FileOutput(Output):
         base = next(parent for parent in path.parents if parent.exists())  # at worst . or /
         if not base.is_dir():
             raise OutputError(f"cannot write {path}: {base} is a file, not a directory")
+        if exists and _held(path):
+            raise _busy(path)
         if resume and has_sidecar:
             self._check_resumable(Checkpoint.load(self.sidecar))
         elif resume and exists:
@@ -218,15 +228,22 @@ class FileOutput(Output):
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Locked before anything changes: the sidecar and the file may be another run's until then.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _busy(self.path) from None
+        self.fd = fd
         if self.resuming:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT)
-            os.ftruncate(self.fd, self.checkpoint.bytes)
-            os.fsync(self.fd)
-            os.lseek(self.fd, 0, os.SEEK_END)
+            os.ftruncate(fd, self.checkpoint.bytes)
+            os.fsync(fd)
+            os.lseek(fd, 0, os.SEEK_END)
         else:
             self.checkpoint.save(self.sidecar)
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.fsync(self.fd)
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
             _fsync_dir(self.path.parent)
 
     def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
@@ -252,16 +269,38 @@ class FileOutput(Output):
         cp.save(self.sidecar)
 
     def finish(self) -> None:
-        """The run is complete: close the file and drop the checkpoint."""
-        self.abort()
+        """The run is complete: drop the checkpoint, then close the file (and so unlock it)."""
         self.sidecar.unlink(missing_ok=True)
         _fsync_dir(self.path.parent)
+        self.abort()
 
     def abort(self) -> None:
         """Close, keeping the checkpoint: ``--resume`` continues from the last whole window."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _held(path: Path) -> bool:
+    """Whether another run holds ``path`` (its ``flock``); asked without waiting, and let go at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False  # unreadable: open() says why it cannot be written, if it cannot
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _busy(path: Path) -> OutputError:
+    return OutputError(
+        f"{path} is being written by another spo extract run right now; wait for it to end (or "
+        "stop it: its output can be resumed with --resume)"
+    )
 
 
 def _line_before(path: Path, offset: int) -> bytes:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from app.batch import BatchOptions, run_batch
-from app.batch.output import OutputError
+from app.batch.output import FileOutput, OutputError
 from tests.app.test_batch import mixed_texts
 from tests.app.test_batch_fakes import FakeFactory
 
@@ -135,3 +135,54 @@ def test_batch_resume_refuses_an_edited_output(job: dict[str, Any]) -> None:
 def test_batch_resume_with_nothing_written_starts_fresh(job: dict[str, Any]) -> None:
     resume(job)
     assert job["out"].read_bytes() == job["ref"]
+
+
+def _no_model(*_: Any, **__: Any) -> Any:
+    raise AssertionError("the model was loaded for a run that is refused")
+
+
+def test_batch_refuses_an_output_another_run_is_writing(job: dict[str, Any]) -> None:
+    """A second run on an output in progress (a cron job overlapping the last one) is refused before
+    its model loads, whatever its flags; the first run's output comes out whole."""
+    proc = crash({"options": job["options"], "factory": {"delay": 0.01}}, wait=False)
+    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(sidecar.read_text())["done"] >= 128:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    base = {**job["options"], "inputs": tuple(job["options"]["inputs"])}
+    for flags in ({"resume": True}, {"force": True, "max_text_chars": 40}, {}):
+        with pytest.raises(OutputError, match="being written by another spo extract run"):
+            run_batch(BatchOptions(**{**base, **flags}), factory=_no_model)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert job["out"].read_bytes() == job["ref"]
+    assert not sidecar.exists()
+
+
+def test_output_is_locked_before_it_is_changed(tmp_path: Path) -> None:
+    """Two runs that both passed their checks: the second to open touches neither the file nor the
+    checkpoint of the first, and can write once the first has ended."""
+    path = tmp_path / "out.jsonl"
+    second = FileOutput(path, {"run": 2}, resume=False, force=True)
+    first = FileOutput(path, {"run": 1}, resume=False, force=False)
+    first.open()
+    first.write_window(b'{"id":1}\n', 1, 0, 1)
+    sidecar = path.with_name("out.jsonl.checkpoint.json")
+    saved = sidecar.read_bytes()
+    with pytest.raises(OutputError, match="being written by another"):
+        second.open()
+    assert path.read_bytes() == b'{"id":1}\n'
+    assert sidecar.read_bytes() == saved
+    first.write_window(b'{"id":2}\n', 1, 0, 2)
+    first.finish()
+    assert path.read_bytes() == b'{"id":1}\n{"id":2}\n'
+    assert not sidecar.exists()
+    second.open()
+    second.write_window(b'{"id":"x"}\n', 1, 0, "x")
+    second.finish()
+    assert path.read_bytes() == b'{"id":"x"}\n'
