@@ -8,6 +8,7 @@ defaults). The web process never imports this module.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -65,18 +66,31 @@ def _written_whole(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` for the block to fill, renamed over ``path`` when the block
     ends and removed when it raises: ``path`` is never left half-written (an interrupted corpus
     would train a different model without a word). Made at once, so a path that cannot be written
-    fails before the work, in one line."""
+    fails before the work, in one line. The temporary file is locked (``flock``) until the end: a
+    second run writing the same ``path`` at the same time is refused, instead of both writing one
+    temporary file (a lock left by a killed run goes with it; so does its file, truncated here)."""
     tmp = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.touch()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError as exc:
         raise _cannot_write(path, exc) from None
     try:
-        yield tmp
-        os.replace(tmp, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(
+                f"{path} is being written by another run right now ({tmp.name} is locked); wait "
+                "for it to end"
+            ) from None
+        os.ftruncate(fd, 0)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def _cannot_write(path: Path, exc: OSError) -> click.ClickException:

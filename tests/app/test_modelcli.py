@@ -1,3 +1,4 @@
+import fcntl
 import json
 import sys
 
@@ -83,6 +84,31 @@ def test_evaluate_errors_refuses_what_it_would_replace_and_where_it_cannot_write
     assert result.exit_code == 0, result.output
     assert json.loads(mine.read_text(encoding="utf-8").splitlines()[0])["text"]
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
+
+
+def test_evaluate_errors_file_has_one_writer_at_a_time(triples_model_dir, tmp_path, monkeypatch):
+    """Two runs writing one --errors file at once would share its temporary file; the second is
+    refused before its model runs, and the first one's file is left to it."""
+    import training.evaluate
+
+    data = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    errors = tmp_path / "errors.jsonl"
+    partial = tmp_path / ".errors.jsonl.partial"
+    partial.write_text("the other run's lines\n", encoding="utf-8")
+    ran = []
+    monkeypatch.setattr(training.evaluate, "evaluate", lambda *a, **k: ran.append(1))
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--errors", str(errors)]
+    with partial.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "is being written by another run" in result.output
+    assert ran == [] and not errors.exists()
+    assert partial.read_text(encoding="utf-8") == "the other run's lines\n"
+    monkeypatch.undo()
+    # Unlocked, it is a killed run's leftover: replaced, then renamed.
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert not partial.exists() and "the other run" not in errors.read_text(encoding="utf-8")
 
 
 def test_evaluate_reports_scores_per_predicate_and_per_pattern(triples_model_dir, tmp_path):
