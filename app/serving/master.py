@@ -15,6 +15,9 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   finishing its requests) only once every new worker reports its model ready, so no request ever waits
   for a cold worker. If a new worker reports ``failed`` instead, or is not ready within ``SPO_TIMEOUT``,
   the new generation is retired and the old one keeps serving the old version. Either way it is logged.
+  A HUP during a reload is kept, not dropped: once the reload in progress ends (done or failed), one
+  more follows with what the directory and the tokens file say then (the last HUP wins: a link moved
+  twice, a token revoked twice in a row, never leaves the server on the state in between).
 - **Pinned directory**: each generation loads the directory the master resolved and checked when it
   started it, so a worker recycled later (``max_requests``, the RSS watchdog) loads the same version as
   its siblings, even after the symlink has moved. A recycled worker that cannot load it (the directory
@@ -254,6 +257,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         self.ever_ready = False
         self.states: dict[int, dict[str, Any]] = {}
         self.pending: PendingReload | None = None
+        self.reload_again = False  # a HUP came during a reload: reload once more after it
         self.retiring: set[int] = set()  # sent SIGTERM by us, finishing their requests
 
     # Each worker gets the settings (so the directories) its generation was started with, by the fork.
@@ -266,8 +270,11 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
     def reload(self) -> None:
         """SIGHUP: check the (re-resolved) model directory, then load it in new workers beside the old."""
         if self.pending is not None:
+            # Not dropped: it may carry what the one in progress does not (the link moved again, a
+            # revoked token), so the last HUP always wins.
+            self.reload_again = True
             self.log.warning(
-                "reload already in progress (%s, %.0fs); this HUP is ignored",
+                "reload already in progress (%s, %.0fs); another follows once it ends",
                 self.pending.label,
                 time.monotonic() - self.pending.started,
             )
@@ -317,6 +324,9 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         self.retiring &= set(self.WORKERS)
         if self.pending is not None:
             self._advance_reload(self.pending)
+        if self.pending is None and self.reload_again:
+            self.reload_again = False
+            self.reload()
         if self.pending is not None:
             return
         serving = sorted(

@@ -101,13 +101,13 @@ def log_lines(log: Path, needle: str) -> list[str]:
     return [line for line in log.read_text(errors="replace").splitlines() if needle in line]
 
 
-def wait_log(log: Path, needle: str, timeout: float, count: int = 1) -> str:
+def wait_log(log: Path, needle: str, timeout: float, count: int = 1, poll: float = 0.1) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         lines = log_lines(log, needle)
         if len(lines) >= count:
             return lines[count - 1]
-        time.sleep(0.1)
+        time.sleep(poll)
     pytest.fail(f"no {needle!r} in the log after {timeout}s:\n{log.read_text()[-4000:]}")
 
 
@@ -214,6 +214,36 @@ def test_master_reloads_under_load_without_a_failed_request(
             f"{len(during)} requests answered meanwhile, {len(load.answers)} in all, "
             f"{len(load.failures())} failed; versions {dict(Counter(a[2] for a in load.answers))}"
         )
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_master_reload_during_a_reload_is_kept_and_the_last_one_wins(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The link moves A -> B, reload, then B -> C and reload again while B's workers warm up: the
+    second HUP is not dropped; C serves in the end, with no failed request on the way."""
+    env = serve_env(models["link"], SPO_WORKERS="2", SPO_THREADS="4")
+    c = model_copy(models["A"], tmp_path / "C", "3")
+    with run_server(env, tmp_path) as server, Load(server.port, clients=2) as load:
+        load.wait_answers(10)
+        master_pid = int(server.pid_file.read_text())
+        point(models["link"], models["B"])
+        os.kill(master_pid, signal.SIGHUP)  # what spo reload sends, without its start-up time
+        wait_log(server.log, "reload: starting", 30, poll=0.01)
+        point(models["link"], c)  # B's two workers take a second or more to load and warm up
+        os.kill(master_pid, signal.SIGHUP)
+        kept = wait_log(server.log, "reload already in progress", 30)
+        wait_log(server.log, "reload done", BOOT_TIMEOUT_S, count=2)
+        done = time.monotonic()
+        time.sleep(1.5)  # the old generation finishes the requests it had started
+        load.wait_answers(20)
+    assert "another follows once it ends" in kept
+    assert not load.failures(), f"{len(load.failures())} failed: {load.failures()[:5]}"
+    after = load.since(done + 1.0)
+    assert after and {a[2] for a in after} == {"3"}, Counter(a[2] for a in after)
+    assert "C" in log_lines(server.log, "reload done")[-1]
 
 
 @pytest.mark.live
