@@ -17,7 +17,9 @@ again here); each worker builds its app from its generation's value (``app.servi
 - Metrics (``app.web.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
   directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied; else a new temporary
   one, removed when the process that made it exits, a ``--check-config`` run included);
-  ``child_exit`` marks each dead worker so its per-worker gauges go.
+  ``child_exit`` marks each dead worker so its per-worker gauges go, and folds its counters into
+  one merged file per type (``app.web.metrics.fold_dead_workers``), so the directory does not grow
+  with every recycled worker.
 """
 
 from __future__ import annotations
@@ -175,5 +177,6 @@ def worker_exit(server: Any, worker: Any) -> None:
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    # In the master: the dead worker's live gauges (RSS, op count, model info) leave /metrics.
-    mark_worker_dead(worker.pid)
+    # In the master: the dead worker's live gauges (RSS, op count, model info) leave /metrics, and
+    # its counters are folded into the merged files (every worker still running keeps its own).
+    mark_worker_dead(worker.pid, live=set(server.WORKERS))

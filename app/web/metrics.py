@@ -13,6 +13,17 @@ the scrape) sums the files of all workers, dead ones included for counters, and 
 ``child_exit`` hook marks a dead worker so its per-worker gauges disappear. Without that variable (tests,
 ``flask run``) the app's own registry is served.
 
+**Recycled workers' files.** ``prometheus_client`` keeps a counter and a histogram file for every process
+that ever wrote one, so a worker recycled every ``SPO_MAX_REQUESTS`` would leave two files behind each
+time: the directory (a memory-backed volume in Kubernetes, counted in the pod's memory and evicted at
+its size limit) and every scrape's work would grow for as long as the server runs. ``child_exit`` folds
+the values of every worker that is gone into one ``<type>_merged.db`` per type and removes their files
+(``fold_dead_workers``), so the directory holds the live workers' files and one per type. The sums are
+unchanged, so counters never go backwards. The fold and the scrapes take turns on ``merge.lock`` in
+the directory (a scrape shares it; the fold, in the master, takes it alone or waits for the next worker
+exit): a scrape never reads a worker's values both in its own file and in the merged one, nor in
+neither.
+
 ``prometheus_client`` decides between the two modes when it is first imported, so this module imports
 it only inside functions: the gunicorn master imports ``app`` before its config sets the directory.
 
@@ -22,11 +33,14 @@ with that token); the API tokens (``SPO_AUTH_TOKENS``) never guard it, nor open 
 
 from __future__ import annotations
 
+import fcntl
 import hmac
 import logging
 import os
 import time
 import weakref
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -70,13 +84,89 @@ def prepare_multiprocess_dir(path: str | Path) -> Path:
     return directory
 
 
-def mark_worker_dead(pid: int) -> None:
-    """gunicorn ``child_exit``: drop the dead worker's per-worker gauges (its counters stay summed)."""
-    if multiprocess_dir() is None:
+def mark_worker_dead(pid: int, live: Collection[int] = ()) -> None:
+    """gunicorn ``child_exit``: drop the dead worker's per-worker gauges and fold its counters (and
+    those of any other process not in ``live``) into the merged files (see the module docstring)."""
+    path = multiprocess_dir()
+    if path is None:
         return
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+    fold_dead_workers(Path(path), {*live, os.getpid()})
+
+
+MERGE_LOCK = "merge.lock"  # not *.db: prometheus_client never reads it
+_FOLD_WAIT_S = 0.5
+
+
+@contextmanager
+def _merge_lock(directory: Path, *, exclusive: bool) -> Iterator[bool]:
+    """The directory's ``merge.lock``, shared (a scrape: waits) or exclusive (the fold: waits at most
+    ``_FOLD_WAIT_S`` for the scrapes in progress); True when held. A directory where it cannot be
+    made yields False to the fold, and True to a scrape (nothing is folded there either)."""
+    try:
+        fd = os.open(directory / MERGE_LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        yield not exclusive
+        return
+    try:
+        if not exclusive:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield True
+            return
+        deadline = time.monotonic() + _FOLD_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.005)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def fold_dead_workers(directory: Path, live: Collection[int]) -> int:
+    """Fold the counter and histogram files of processes not in ``live`` into ``<type>_merged.db``
+    (values summed per sample) and remove them; the number of files folded. Live gauges are
+    ``mark_process_dead``'s; every gauge of this service is live, so only counters and histograms
+    stay behind a dead process. Skipped (0) when a scrape holds the lock for longer than
+    ``_FOLD_WAIT_S``: the next worker exit folds what is left."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    dead: dict[str, list[Path]] = {}
+    for path in sorted(directory.glob("*.db")):
+        kind, _, pid = path.stem.partition("_")
+        if kind != "gauge" and pid.isdigit() and int(pid) not in live:
+            dead.setdefault(kind, []).append(path)
+    if not dead:
+        return 0
+    with _merge_lock(directory, exclusive=True) as held:
+        if not held:
+            logger.info("metrics: a scrape holds %s; the dead workers' files wait", MERGE_LOCK)
+            return 0
+        for kind, paths in dead.items():
+            merged = directory / f"{kind}_merged.db"
+            totals: dict[str, float] = {}
+            for source in [merged, *paths] if merged.exists() else paths:
+                for key, value, _, _ in MmapedDict.read_all_values_from_file(str(source)):  # type: ignore[no-untyped-call]
+                    totals[key] = totals.get(key, 0.0) + value
+            staged = directory / f"{kind}_merged.db.new"  # not *.db until it is whole
+            staged.unlink(missing_ok=True)
+            out = MmapedDict(str(staged))  # type: ignore[no-untyped-call]
+            try:
+                for key, value in totals.items():
+                    out.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+            finally:
+                out.close()  # type: ignore[no-untyped-call]
+            os.replace(staged, merged)
+            for path in paths:
+                path.unlink()
+    return sum(len(paths) for paths in dead.values())
 
 
 M = TypeVar("M")
@@ -227,6 +317,8 @@ class Metrics:
 
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+            with _merge_lock(Path(path), exclusive=False):  # files are read here, not above
+                return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

@@ -39,6 +39,7 @@ CHARS = "李白出生于碎叶城杜甫妻子北京大学作者红楼梦曹雪�
 class Server:
     port: int
     log: Path
+    metrics_dir: Path
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def server(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         wait_ready(port, process, log, 120)
         wait_workers(log, 2, 120)
         (metrics_dir,) = run_dir.glob("spo-metrics-*")
-        yield Server(port, log)
+        yield Server(port, log, metrics_dir)
         # Still there after the recycled workers exited; gone once the master did.
         assert metrics_dir.is_dir()
     finally:
@@ -150,6 +151,13 @@ def test_live_metrics_add_up_across_workers_and_op_count_stays(server: Server) -
     assert {"16", "64"} <= lengths  # short and long texts ran in their own buckets
     assert total(after, "spo_model_padding_tokens_total") > 0
     assert total(after, "spo_worker_recycles_total", reason="max_requests") >= 1
+    # The recycled workers' counters live on in one merged file per type, not in files of their
+    # own: the directory holds the merged files and the files of the workers running now.
+    kept = {p.name for p in server.metrics_dir.glob("*.db")}
+    assert {"counter_merged.db", "histogram_merged.db"} <= kept, kept
+    owners = {name.rsplit("_", 1)[1][:-3] for name in kept} - {"merged"}
+    assert all(Path("/proc", pid).exists() for pid in owners), kept
+    assert len(owners) <= 3, kept  # 2 workers, and one exiting now and then
 
     # The op count of every live worker is the one before the load: nothing added nodes.
     for _ in range(8):  # let each live worker refresh its gauges

@@ -3,6 +3,10 @@ textfile. The multiprocess (gunicorn) side is covered live by ``test_live_metric
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.batch.runner import BatchSummary
 from app.batch.textfile import write_batch_textfile
 from app.core.settings import Settings, SettingsError
-from app.web.metrics import prepare_multiprocess_dir
+from app.web.metrics import MERGE_LOCK, fold_dead_workers, prepare_multiprocess_dir
 
 METRICS_TOKEN = "metrics-token-0123456789"
 API_TOKEN = "api-token-0123456789abcdef"
@@ -140,6 +144,78 @@ def test_metrics_prepare_multiprocess_dir_starts_empty(tmp_path: Path) -> None:
     assert prepare_multiprocess_dir(directory) == directory
     assert sorted(p.name for p in directory.iterdir()) == ["keep.txt"]
     assert prepare_multiprocess_dir(tmp_path / "new" / "dir").is_dir()
+
+
+_WORKER = """
+import sys
+from prometheus_client import Counter, Histogram
+requests = Counter("spo_http_requests", "doc", ["status"])
+latency = Histogram("spo_http_request_duration_seconds", "doc", buckets=(0.1, 1))
+for i in range(int(sys.argv[1])):
+    requests.labels("200" if i % 3 else "429").inc()
+    latency.observe(0.05 * i)
+print(__import__("os").getpid())
+"""
+
+
+def _worker(directory: Path, requests: int) -> int:
+    """A process that writes a counter and a histogram into ``directory``, as a worker does; its pid."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER, str(requests)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+def _collect(directory: Path) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    return samples(generate_latest(registry).decode())
+
+
+def test_metrics_dead_workers_are_folded_and_their_sums_kept(tmp_path: Path) -> None:
+    """Each recycled worker left a counter and a histogram file for as long as the server ran (the
+    directory grew without end); folded into one merged file per type, every sum stays the same."""
+    directory = prepare_multiprocess_dir(tmp_path / "m")
+    dead = [_worker(directory, n) for n in (5, 7, 11)]
+    live = _worker(directory, 4)  # stands for a worker still running: its files stay its own
+    before = _collect(directory)
+    assert value(before, "spo_http_requests_total") == 27
+    assert fold_dead_workers(directory, live={live}) == 6
+    names = sorted(p.name for p in directory.glob("*.db"))
+    assert names == sorted(
+        ["counter_merged.db", "histogram_merged.db", f"counter_{live}.db", f"histogram_{live}.db"]
+    )
+    assert _collect(directory) == before
+    # Later exits fold into the same files; the totals go on adding up.
+    more = [_worker(directory, 2) for _ in range(2)]
+    assert fold_dead_workers(directory, live={live, *more}) == 0
+    assert fold_dead_workers(directory, live={live}) == 4
+    after = _collect(directory)
+    assert value(after, "spo_http_requests_total") == 31
+    assert value(after, "spo_http_requests_total", status="429") == 2 + 3 + 4 + 2 + 1 + 1
+    assert value(after, "spo_http_request_duration_seconds_count") == 31
+    assert len(list(directory.glob("*.db"))) == 4 and dead
+
+
+def test_metrics_fold_waits_for_no_scrape(tmp_path: Path) -> None:
+    """A scrape in progress holds the lock shared: the fold leaves the files for the next exit
+    rather than change them under the scrape (which could count a worker twice, or not at all)."""
+    directory = prepare_multiprocess_dir(tmp_path / "m")
+    _worker(directory, 3)
+    files = sorted(p.name for p in directory.glob("*.db"))
+    with (directory / MERGE_LOCK).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)
+        assert fold_dead_workers(directory, live=()) == 0
+    assert sorted(p.name for p in directory.glob("*.db")) == files
+    assert fold_dead_workers(directory, live=()) == 2
+    assert value(_collect(directory), "spo_http_requests_total") == 3
 
 
 def test_metrics_batch_textfile(tmp_path: Path) -> None:
