@@ -10,8 +10,13 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
   is killed. The run directory is removed: no socket, pid file or temp file stays behind.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.serving.master``); ``spo reload`` does
-  the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again. nginx is not
-  reloaded: a new TLS certificate needs a restart.
+  the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again.
+- A renewed TLS certificate: the supervisor looks at ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` every
+  ``CERT_CHECK_S`` (the file each path leads to: a Kubernetes Secret's symlink switch counts), and once
+  a change has held for one look (so a pair written one file at a time, or a file half-written, is not
+  taken) sends nginx SIGHUP: nginx reads them again and starts new workers, the old ones finishing their
+  requests. A pair nginx cannot use is refused by nginx itself (its error on stderr), which goes on
+  with the old one.
 - A worker killed under a request: nginx sends that request once more, to another worker
   (``deploy/nginx.conf``, ``proxy_next_upstream``); gunicorn's master starts a new worker.
 - If either process exits on its own, the other is stopped and the supervisor exits non-zero.
@@ -47,6 +52,7 @@ NGINX_MISSING = (
 )
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.2
+CERT_CHECK_S = 2.0  # how often the TLS files are looked at (a renewal is picked up in 2-4 s)
 
 
 def _say(message: str) -> None:
@@ -83,6 +89,7 @@ class Supervisor:
         *,
         graceful_timeout: float,
         on_exit: Callable[[], None] = lambda: None,
+        certificates: Sequence[Path] = (),
     ) -> None:
         self.nginx_argv = list(nginx_argv)
         self.gunicorn_argv = list(gunicorn_argv)
@@ -90,6 +97,10 @@ class Supervisor:
         self.graceful_timeout = graceful_timeout
         self.on_exit = on_exit
         self.signals: list[int] = []
+        self.certificates = list(certificates)
+        # What nginx was started with (or last reloaded onto), and what the last look saw.
+        self._loaded = self._seen = _signature(self.certificates)
+        self._looked = time.monotonic()
 
     def _queue(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)
@@ -125,7 +136,19 @@ class Supervisor:
                 if code is not None:
                     _say(f"{name} exited (status {code}): stopping the other")
                     return code or 1
+            if self.certificates and time.monotonic() - self._looked >= CERT_CHECK_S:
+                self._look_at_certificates(nginx)
             time.sleep(_POLL_S)
+
+    def _look_at_certificates(self, nginx: subprocess.Popen[bytes]) -> None:
+        """SIGHUP to nginx once the certificate files changed and then held still for one look."""
+        self._looked = time.monotonic()
+        now = _signature(self.certificates)
+        if now == self._seen and now != self._loaded:
+            _say("the TLS certificate or key changed: reloading nginx (SIGHUP)")
+            nginx.send_signal(signal.SIGHUP)
+            self._loaded = now
+        self._seen = now
 
     def _stop(
         self, nginx: subprocess.Popen[bytes] | None, gunicorn: subprocess.Popen[bytes] | None
@@ -142,6 +165,19 @@ class Supervisor:
                 _say(f"pid {process.pid} did not stop in time: killing it")
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
+
+
+def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:
+    """What identifies each file's content cheaply: the file a path leads to, its size and mtime."""
+    found: list[tuple[int, ...] | None] = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            found.append(None)
+        else:
+            found.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
 
 
 def serve_behind_nginx(
@@ -204,5 +240,6 @@ def serve_behind_nginx(
         env,
         graceful_timeout=settings.graceful_timeout,
         on_exit=lambda: shutil.rmtree(run_dir, ignore_errors=True),
+        certificates=[p for p in (settings.tls_cert, settings.tls_key) if p is not None],
     )
     return supervisor.run()

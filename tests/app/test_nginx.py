@@ -285,6 +285,88 @@ def test_nginx_exposed_service_https_tokens_file_and_reload(
     assert TOKEN_A not in log.read_text() and TOKEN_B not in log.read_text()
 
 
+def _served_certificate(port: int, context: ssl.SSLContext) -> bytes:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+@needs_nginx
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nginx_takes_a_renewed_certificate_without_a_restart(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """The certificate and key files are replaced (as a renewal, or a Kubernetes Secret, does): within
+    seconds nginx serves the new pair, with no failed request and no restart; a broken pair is
+    refused by nginx, which keeps serving the last good one."""
+    cert, key = make_certificate(tmp_path)
+    (tmp_path / "new").mkdir()
+    new_cert, new_key = make_certificate(tmp_path / "new")
+    both = tmp_path / "both.pem"
+    both.write_text(cert.read_text() + new_cert.read_text())
+    context = ssl.create_default_context(cafile=str(both))
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**serve_env(triples_model_dir), "SPO_TLS_CERT": str(cert), "SPO_TLS_KEY": str(key)}
+    statuses: list[int | str] = []
+    stop_clients = threading.Event()
+
+    def client() -> None:
+        while not stop_clients.is_set():
+            try:
+                statuses.append(https_call(port, context, "GET", "/readyz").status)
+            except OSError as exc:
+                statuses.append(type(exc).__name__)
+            time.sleep(0.02)
+
+    def served_after(timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        der = _served_certificate(port, context)
+        while der != new_der and time.monotonic() < deadline:
+            time.sleep(0.2)
+            der = _served_certificate(port, context)
+        return der
+
+    new_der = ssl.PEM_cert_to_DER_cert(new_cert.read_text())
+    old_der = ssl.PEM_cert_to_DER_cert(cert.read_text())
+    process = start(port, env, log)
+    try:
+        wait_https_ready(port, context, process, log)
+        assert _served_certificate(port, context) == old_der
+        thread = threading.Thread(target=client)
+        thread.start()
+        try:
+            # A broken pair first (a key that is not the certificate's): nginx keeps the old one.
+            key.rename(tmp_path / "old-key.pem")
+            new_key.rename(key)
+            deadline = time.monotonic() + 15
+            while "reloading nginx" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)
+            assert _served_certificate(port, context) == old_der
+            # The matching certificate: served within seconds.
+            new_cert.rename(cert)
+            assert served_after(15) == new_der
+        finally:
+            stop_clients.set()
+            thread.join(30)
+        assert process.poll() is None
+        assert log.read_text().count("the TLS certificate or key changed") == 2
+        assert statuses and set(statuses) == {200}, Counter(statuses)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def _retried(log_text: str) -> int:
     """How many requests nginx saw die with their worker (it logs each, then sends it to another)."""
     return len(re.findall(r"\[error\].* from upstream, .*\"POST /v1/extract ", log_text))
