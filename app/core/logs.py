@@ -57,8 +57,28 @@ def init_app(app: Flask) -> None:
     app.after_request(_echo_request_id)
 
 
+# Line breaks and other control characters, escaped in a text line's message (a path with %0A in
+# it, a value quoted by an error): one record is one line, and no input can forge another.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\t",  # a tab stays a tab
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def one_line(message: str) -> str:
+    r"""``message`` with its line breaks and control characters escaped.
+
+    >>> print(one_line('GET "/a\nb" 404\r\x1b[31m'))
+    GET "/a\nb" 404\r\x1b[31m
+    """
+    return message.translate(_CONTROL)
+
+
 class TextFormatter(logging.Formatter):
-    """``time level logger [request id] message``."""
+    """``time level logger [request id] message``: one line; an exception's traceback follows it."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(rid)s %(message)s")
@@ -67,6 +87,10 @@ class TextFormatter(logging.Formatter):
         request_id = current_request_id()
         record.rid = f" [{request_id}]" if request_id else ""
         return super().format(record)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):

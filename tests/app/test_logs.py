@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import logging
 import os
@@ -84,6 +85,37 @@ def test_logging_access_line_in_json_and_text() -> None:
     assert doc["message"] == message
     assert {k: doc[k] for k in fields} == fields
     assert TextFormatter().format(record).endswith(message)
+
+
+def test_logging_text_lines_are_one_line_whatever_the_input() -> None:
+    """A path with %0A in it reached the text access log as a line break: a client could end its
+    line and write one that looks like the service's own. Line breaks and control characters in a
+    message are escaped; an exception's traceback still follows on lines of its own."""
+    import app.core.logs as logs_module
+
+    environ = {"REMOTE_ADDR": "10.0.0.1", "REQUEST_METHOD": "GET"}
+    forged = "/x\n2026-12-06 04:40:33,001 INFO app.web.api model replaced\r\x1b[2J\u2028"
+    fields = access_fields(FakeResponse(), {**environ, "PATH_INFO": forged}, 0.001)
+    message = access_message(fields)
+    record = logging.LogRecord("gunicorn.access", logging.INFO, __file__, 1, message, None, None)
+    record.access = fields
+    line = TextFormatter().format(record)
+    assert len(line.splitlines()) == 1 and "\x1b" not in line
+    assert (
+        '"GET /x\\n2026-12-06 04:40:33,001 INFO app.web.api model replaced\\r\\x1b[2J\\u2028"'
+        in line
+    )
+    assert json.loads(JsonFormatter().format(record))["path"] == forged  # JSON escapes by itself
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError:
+        failed = logging.LogRecord(
+            "app", logging.ERROR, __file__, 1, "failed on %s", ("a\nb",), sys.exc_info()
+        )
+    text = TextFormatter().format(failed)
+    assert text.splitlines()[0].endswith("failed on a\\nb")
+    assert "Traceback (most recent call last)" in text.splitlines()[1]
+    assert doctest.testmod(logs_module).failed == 0
 
 
 def test_logging_access_logger_writes_one_line_per_request(
