@@ -88,7 +88,7 @@ class TextFormatter(logging.Formatter):
         record.rid = f" [{request_id}]" if request_id else ""
         return super().format(record)
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = one_line(record.message)
         return super().formatMessage(record)
 
