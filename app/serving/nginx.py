@@ -78,6 +78,19 @@ def _tls_block(settings: Settings, http2: str | None) -> tuple[str, str]:
     return (" ssl http2" if http2 == "listen" else " ssl"), "\n".join(lines)
 
 
+# The access line of a request nginx answered itself, in the service's log format (docs/rest.md,
+# "Logs"): the path without its query string, no header; nginx escapes what a value may carry.
+_ACCESS_LOG_FORMATS = {
+    "text": "'$time_iso8601 INFO nginx.access [$spo_request_id] "
+    "$remote_addr $spo_method $spo_path $status'",
+    "json": 'escape=json \'{"time":"$time_iso8601","level":"INFO","logger":'
+    '"nginx.access","message":"$remote_addr $spo_method $spo_path $status",'
+    '"process":$pid,"request_id":"$spo_request_id","remote":"$remote_addr",'
+    '"method":"$spo_method","path":"$spo_path","status":$status,'
+    '"bytes":$body_bytes_sent}\'',
+}
+
+
 def render_nginx_conf(
     settings: Settings,
     *,
@@ -107,6 +120,12 @@ def render_nginx_conf(
         "MAX_BODY_BYTES": str(settings.max_body_bytes),
         "READ_TIMEOUT": f"{settings.timeout + 10}s",
         "USER": nginx_worker_user() if os.geteuid() == 0 else "",
+        "ACCESS_LOG_FORMAT": _ACCESS_LOG_FORMATS[settings.log_format],
+        "ACCESS_LOG": (
+            "access_log /dev/stdout spo_nginx if=$spo_nginx_answered"
+            if settings.access_log
+            else "access_log off"
+        ),
         "RATE_LIMIT_ZONE": (
             f"    limit_req_zone $spo_rate_key zone=spo_clients:10m rate={settings.rate_limit};"
             if settings.rate_limit

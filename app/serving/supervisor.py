@@ -21,12 +21,15 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   (``deploy/nginx.conf``, ``proxy_next_upstream``); gunicorn's master starts a new worker.
 - If either process exits on its own, the other is stopped and the supervisor exits non-zero.
 
-nginx's errors go to this process's stderr (and its own error log in the run directory); gunicorn's
-logs and access log stay on stdout/stderr as without ``--nginx``.
+nginx's errors go to this process's stderr, and the access lines of the requests nginx answers itself
+(its limits, malformed requests: nothing reached gunicorn) to its stdout, through a pipe; no log is
+written in the run directory. gunicorn's logs and access log stay on stdout/stderr as without
+``--nginx``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -34,10 +37,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 import click
 
@@ -113,7 +118,13 @@ class Supervisor:
             gunicorn = subprocess.Popen(
                 self.gunicorn_argv, env=self.gunicorn_env, preexec_fn=_die_with_parent
             )
-            nginx = subprocess.Popen(self.nginx_argv, preexec_fn=_die_with_parent)
+            # nginx's access lines come through a pipe: /dev/stdout cannot be opened when this
+            # process's stdout is a socket (systemd's journal), and a pipe always can.
+            nginx = subprocess.Popen(
+                self.nginx_argv, stdout=subprocess.PIPE, preexec_fn=_die_with_parent
+            )
+            assert nginx.stdout is not None
+            threading.Thread(target=_relay, args=(nginx.stdout,), daemon=True).start()
             return self._watch(gunicorn, nginx)
         finally:
             self._stop(nginx, gunicorn)
@@ -167,6 +178,14 @@ class Supervisor:
                 process.wait(10)
 
 
+def _relay(lines: IO[bytes]) -> None:
+    """nginx's access lines onto this process's stdout, a line at a time, until nginx is gone."""
+    with contextlib.suppress(OSError, ValueError):  # stdout closed: the lines have nowhere to go
+        for line in lines:
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+
+
 def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:
     """What identifies each file's content cheaply: the file a path leads to, its size and mtime."""
     found: list[tuple[int, ...] | None] = []
@@ -212,7 +231,7 @@ def serve_behind_nginx(
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
         conf.write_text(text, encoding="utf-8")
-        nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf), "-g", "error_log stderr warn;"]
+        nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf)]
         check = subprocess.run(
             [*nginx_argv, "-t", "-q"], capture_output=True, text=True, check=False
         )

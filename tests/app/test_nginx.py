@@ -177,6 +177,26 @@ def test_nginx_tls_conf_is_valid(tmp_path: Path) -> None:
     assert "warn" not in result.stderr, result.stderr  # no deprecated http2 syntax, say
 
 
+@needs_nginx
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_nginx_access_lines_follow_the_log_settings(tmp_path: Path, log_format: str) -> None:
+    """nginx's own access lines are in SPO_LOG_FORMAT, on stdout, off with SPO_ACCESS_LOG; nginx
+    writes no log file (its run directory is a small tmpfs in a container)."""
+    for access in (True, False):
+        settings = Settings(model_dir=DEFAULT_MODEL_DIR, log_format=log_format, access_log=access)
+        text = _render(settings, tmp_path)
+        result = _nginx_t(text, tmp_path)
+        assert result.returncode == 0, result.stderr
+        logs = re.findall(r"^\s*((?:access|error)_log [^;]*);", text, re.M)
+        assert logs == [
+            "error_log stderr warn",
+            "access_log /dev/stdout spo_nginx if=$spo_nginx_answered"
+            if access
+            else "access_log off",
+        ]
+        assert ("escape=json" in text) == (log_format == "json")
+
+
 # -- live -----------------------------------------------------------------------------------------
 def https_call(
     port: int, context: ssl.SSLContext, method: str, path: str, body: bytes | None = None,

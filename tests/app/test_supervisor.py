@@ -102,6 +102,19 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         big = call(port, "POST", "/v1/extract", b"x" * 8192, {"Content-Type": "application/json"})
         assert big.status == 413 and big.mimetype == PROBLEM
         assert big.json()["code"] == "body_too_large"
+        # What nginx answers itself is logged on stdout (gunicorn's access log has the rest), as
+        # the client sent it, without its query string; nothing is logged into the run directory,
+        # which in a container is a small tmpfs that a log there filled request by request.
+        assert call(port, "TRACE", "/v1/extract?token=secret").status == 405
+        for _ in range(50):
+            assert call(port, "GET", "/healthz").status == 200
+        lines = [line for line in log.read_text().splitlines() if "nginx.access" in line]
+        assert [line.split("] ", 1)[1] for line in lines] == [
+            "127.0.0.1 POST /v1/extract 413",
+            "127.0.0.1 TRACE /v1/extract 405",
+        ], lines
+        written = [p.name for p in (run_dir / "nginx").rglob("*") if p.is_file()]
+        assert sorted(written) == ["nginx.conf", "nginx.pid"], written
         # spo reload finds gunicorn's master through the pid file of this address.
         spo_reload(port, log)
         assert post_json(port, {"text": "北京"}).status == 200
