@@ -142,6 +142,11 @@ def read_json_body() -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ApiError("invalid_json", f"The body is not valid UTF-8 (byte {exc.start}).") from None
+    if text.startswith("\ufeff"):  # RFC 8259 section 8.1: a sender must not add one
+        raise ApiError(
+            "invalid_json",
+            "The body starts with a byte order mark (U+FEFF): send JSON without one.",
+        )
     try:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:

@@ -182,6 +182,17 @@ def test_api_extract_rejects_bad_documents(
     assert_problem(response, status, code, field)
 
 
+def test_api_extract_names_a_byte_order_mark(client: FlaskClient) -> None:
+    """A BOM (a file saved by an editor that adds one) is named as such, not with the JSON parser's
+    own words (which told the client to decode with Python's utf-8-sig)."""
+    response = client.post(
+        "/v1/extract", data=b"\xef\xbb\xbf" + b'{"text": "a"}', content_type="application/json"
+    )
+    assert_problem(response, 400, "invalid_json")
+    detail = response.get_json()["detail"]
+    assert "byte order mark (U+FEFF)" in detail and "utf-8-sig" not in detail
+
+
 def test_api_extract_surrogate_pair_escape_is_fine(client: FlaskClient) -> None:
     response = client.post(
         "/v1/extract", data=b'{"text": "\\ud83d\\ude00"}', content_type="application/json"
