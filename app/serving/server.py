@@ -122,6 +122,8 @@ def serve(
     else:
         for warning in [*sizing.warnings, *secret_warnings(settings)]:
             click.echo(f"spo serve: WARNING: {warning}", err=True)
+    if not check_config and (removed := remove_stale_pid_file(pid_file)):
+        click.echo(f"spo serve: {removed}", err=True)
     if nginx_listen is not None and not check_config:
         from app.serving.supervisor import serve_behind_nginx
 
@@ -137,6 +139,24 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, child_env)
+
+
+def remove_stale_pid_file(pid_file: Path) -> str | None:
+    """Remove ``pid_file`` when the process it names is alive and not a gunicorn master, and say so
+    (None: nothing removed). A master killed outright (SIGKILL, the OOM killer, a container's whole
+    cgroup) leaves its pid file behind, and by the next start that pid may be another program's:
+    gunicorn then refuses to start ("Already running on PID ..."), so a restarted container, whose
+    ``/tmp`` volume keeps the file, never came up again. A file naming a live master is left to
+    gunicorn, which refuses to start a second one on it."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None  # none, or not a pid: gunicorn writes its own over it
+    other = not_a_master(pid)
+    if other is None:
+        return None
+    pid_file.unlink(missing_ok=True)
+    return f"removed the stale pid file {pid_file}: process {pid} is not a gunicorn master ({other[:200]})"
 
 
 @click.command("reload")

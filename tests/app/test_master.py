@@ -249,6 +249,40 @@ def test_master_reload_during_a_reload_is_kept_and_the_last_one_wins(
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_master_starts_over_a_stale_pid_file_and_never_beside_a_live_master(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A master killed outright leaves its pid file, and its pid may by now be another program's
+    (a restarted container keeps /tmp): gunicorn refused to start ("Already running on PID"). The
+    stale file is removed, named; a file naming a live master still stops a second server."""
+    env = serve_env(models["link"], SPO_WORKERS="1")
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        (tmp_path / "spo.pid").write_text(f"{other.pid}\n")
+        with run_server(env, tmp_path) as server:
+            removed = log_lines(server.log, "removed the stale pid file")
+            assert (
+                removed
+                and f"process {other.pid} is not a gunicorn master (sleep 300)" in removed[0]
+            )
+            master_pid = int(server.pid_file.read_text())
+            assert master_pid != other.pid and master.not_a_master(master_pid) is None
+            second_log = tmp_path / "second.log"
+            second = start_serve(
+                free_port(), {**env, "SPO_PID_FILE": str(server.pid_file)}, second_log
+            )
+            assert second.wait(60) != 0
+            assert f"Already running on PID {master_pid}" in second_log.read_text()
+            assert int(server.pid_file.read_text()) == master_pid
+            assert call(server.port, "GET", "/readyz").status == 200
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_master_worker_recycled_while_model_dir_is_gone_stays_up_and_recovers(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
