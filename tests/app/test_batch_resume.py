@@ -64,6 +64,20 @@ def resume(job: dict[str, Any], **changes: Any) -> None:
     run_batch(BatchOptions(**{**opts, "inputs": tuple(opts["inputs"])}), factory=FakeFactory())
 
 
+def wait_for_checkpoint(out: Path, done: int) -> Path:
+    """The checkpoint sidecar of ``out``, once a running job has checkpointed ``done`` records."""
+    sidecar = out.with_name(out.name + ".checkpoint.json")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(sidecar.read_text())["done"] >= done:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    return sidecar
+
+
 @pytest.mark.parametrize(
     ("factory", "point"),
     [
@@ -96,15 +110,7 @@ def test_batch_resume_after_kill_is_byte_identical(
 def test_batch_resume_after_external_kill_with_workers(job: dict[str, Any]) -> None:
     options = {**job["options"], "workers": 2}
     proc = crash({"options": options, "factory": {"delay": 0.02}}, wait=False)
-    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(sidecar.read_text())["done"] >= 128:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
+    wait_for_checkpoint(job["out"], 128)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert job["out"].stat().st_size < len(job["ref"])
@@ -145,15 +151,7 @@ def test_batch_refuses_an_output_another_run_is_writing(job: dict[str, Any]) -> 
     """A second run on an output in progress (a cron job overlapping the last one) is refused before
     its model loads, whatever its flags; the first run's output comes out whole."""
     proc = crash({"options": job["options"], "factory": {"delay": 0.01}}, wait=False)
-    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(sidecar.read_text())["done"] >= 128:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
+    sidecar = wait_for_checkpoint(job["out"], 128)
     base = {**job["options"], "inputs": tuple(job["options"]["inputs"])}
     for flags in ({"resume": True}, {"force": True, "max_text_chars": 40}, {}):
         with pytest.raises(OutputError, match="being written by another spo extract run"):
