@@ -14,8 +14,10 @@ Worker processes are started with the ``spawn`` context (TensorFlow is not fork-
 own extractor with the run's ``nlp.config.LoadOptions`` (``intra_op = cores / workers``: see
 ``app.core.settings.threads_per_worker``), and is replaced after ``recycle_after`` texts or
 when its RSS is over ``max_rss_mb``, between chunks, so no chunk is lost or reordered. A worker that
-dies mid-chunk is replaced and the chunk is run again once; a second death stops the run (the output
-stays resumable).
+dies mid-chunk is replaced and the chunk is run again once. A second death splits the chunk into its
+texts, each run alone (in the same order, under its parent's id once all are back); a text that kills
+its worker twice running alone becomes an error record (``internal_error``, or ``deadline_exceeded``
+for a worker killed as hung), so one poison record never stops the run, nor every ``--resume`` of it.
 
 ``WorkSpec.record_timeout`` (``--record-timeout``, seconds; 0: none) bounds each record's model time. A
 chunk runs under a deadline of ``record_timeout`` x its texts; when the pipeline stops it there (it
@@ -28,6 +30,7 @@ that never returns) is killed and handled as a dead worker.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing
 import os
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from app.core.problems import INTERNAL_ERROR
+from app.core.problems import CATALOGUE, INTERNAL_ERROR
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
 from nlp.pipeline import merge_plans
@@ -50,6 +53,7 @@ from nlp.values import Failure, Outcome
 logger = logging.getLogger(__name__)
 
 Chunk = tuple[int, list[str]]
+DEADLINE_EXCEEDED = CATALOGUE["deadline_exceeded"]
 INTERNAL_ERROR_OUTCOME = Failure(INTERNAL_ERROR.code, "unexpected error on this text (see the log)")
 
 # Loads a worker's extractor: ``nlp.loader.load_extractor``, or a picklable fake in tests.
@@ -67,7 +71,7 @@ class WorkSpec:
 
 
 class WorkerError(Exception):
-    """A worker failed to start, or died twice on the same chunk."""
+    """Workers failed to start."""
 
 
 def error_outcome(exc: SpoError) -> Outcome:
@@ -208,6 +212,7 @@ class _Worker:
         self.texts = 0
         self.chunk: Chunk | None = None
         self.sent_at = 0.0
+        self.hung = False  # killed by _kill_hung, not dead on its own
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the worker to exit after its chunk; kill it after ``timeout`` seconds (0: now)."""
@@ -219,6 +224,27 @@ class _Worker:
             self.process.kill()
             self.process.join()
         self.conn.close()
+
+
+def _poison(worker: _Worker, chars: int) -> Outcome:
+    """The error record of a text that killed its worker twice running alone."""
+    if worker.hung:
+        logger.error("a text of %d characters hung its worker twice: an error record", chars)
+        return Failure(
+            DEADLINE_EXCEEDED.code,
+            "the worker did not answer on this record within twice its --record-timeout budget, "
+            "twice (killed each time)",
+        )
+    logger.error(
+        "a text of %d characters killed its worker twice (exit code %s): an error record",
+        chars,
+        worker.process.exitcode,
+    )
+    return Failure(
+        INTERNAL_ERROR.code,
+        f"the worker process died twice running this record alone (exit code "
+        f"{worker.process.exitcode}); the rest of the run went on",
+    )
 
 
 class ProcessExecutor:
@@ -277,8 +303,24 @@ class ProcessExecutor:
     def map_unordered(self, chunks: Iterable[Chunk]) -> Iterator[tuple[int, list[Outcome]]]:
         source = iter(chunks)
         retry: deque[Chunk] = deque()
-        retried: set[int] = set()
+        deaths: dict[int, int] = {}  # chunk id -> workers that died running it
+        parts: dict[int, tuple[int, int]] = {}  # a split chunk's text -> (its chunk id, index)
+        gathered: dict[int, list[Outcome | None]] = {}  # a split chunk's outcomes so far
+        part_ids = itertools.count(-1, -1)  # never a caller's id (those count up from 0)
         exhausted = False
+
+        def finished(chunk_id: int, outcomes: list[Outcome]) -> Iterator[tuple[int, list[Outcome]]]:
+            """A chunk's outcomes to yield: as they are, or a split chunk's once all are back."""
+            if chunk_id not in parts:
+                yield chunk_id, outcomes
+                return
+            parent, index = parts.pop(chunk_id)
+            slots = gathered[parent]
+            slots[index] = outcomes[0]
+            if all(o is not None for o in slots):
+                del gathered[parent]
+                yield parent, [o for o in slots if o is not None]
+
         while True:
             for w in self.workers:
                 if w.ready and w.chunk is None:
@@ -310,26 +352,37 @@ class ProcessExecutor:
                     else:
                         w.chunk = None
                         w.texts += len(outcomes)
-                        yield chunk_id, outcomes
+                        yield from finished(chunk_id, outcomes)
                         if self._should_recycle(w, rss):
                             self.recycled += 1
                             w.stop()
                             self.workers[i] = self._spawn()
                         continue
                 if not w.process.is_alive() and w.chunk is not None:
-                    chunk = w.chunk
-                    if chunk[0] in retried:
-                        raise WorkerError(
-                            f"a worker died twice on the same chunk of {len(chunk[1])} texts "
-                            f"(exit code {w.process.exitcode}); the output so far is resumable"
+                    chunk_id, texts = w.chunk
+                    deaths[chunk_id] = deaths.get(chunk_id, 0) + 1
+                    if deaths[chunk_id] == 1:
+                        logger.warning(
+                            "worker %d died (exit code %s); restarting it and retrying its chunk",
+                            w.process.pid,
+                            w.process.exitcode,
                         )
-                    logger.warning(
-                        "worker %d died (exit code %s); restarting it and retrying its chunk",
-                        w.process.pid,
-                        w.process.exitcode,
-                    )
-                    retried.add(chunk[0])
-                    retry.append(chunk)
+                        retry.append((chunk_id, texts))
+                    elif len(texts) > 1:
+                        logger.warning(
+                            "a worker died twice on a chunk of %d texts (exit code %s); running "
+                            "them one at a time to find the one that kills it",
+                            len(texts),
+                            w.process.exitcode,
+                        )
+                        gathered[chunk_id] = [None] * len(texts)
+                        for index, text in enumerate(texts):
+                            part = next(part_ids)
+                            parts[part] = (chunk_id, index)
+                            retry.append((part, [text]))
+                    else:
+                        outcome = _poison(w, len(texts[0]))
+                        yield from finished(chunk_id, [outcome])
                     self.restarted += 1
                     w.conn.close()
                     self.workers[i] = self._spawn()
@@ -359,6 +412,7 @@ class ProcessExecutor:
                     now - w.sent_at,
                     self.spec.record_timeout,
                 )
+                w.hung = True
                 w.process.kill()
                 w.process.join(10)
 
