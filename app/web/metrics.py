@@ -65,6 +65,11 @@ TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 MODEL_CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PROBLEM_MIMETYPE = "application/problem+json"
+# The methods a request's label may name; any other (a client may send any token) is "other", so no
+# client can add series without end (every one lives in each worker's file and in Prometheus).
+HTTP_METHODS = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT")
+)
 
 
 def multiprocess_dir() -> str | None:
@@ -365,7 +370,8 @@ def _record(response: Response) -> Response:
     started = g.get("spo_started")
     if started is not None:
         m.latency.labels(endpoint).observe(time.perf_counter() - started)
-    m.requests.labels(endpoint, request.method, str(response.status_code)).inc()
+    method = request.method if request.method in HTTP_METHODS else "other"
+    m.requests.labels(endpoint, method, str(response.status_code)).inc()
     if response.mimetype == PROBLEM_MIMETYPE:
         code = g.get("spo_problem_code", "unknown")  # set by app.web.errors.problem
         m.refusals.labels(str(code), str(response.status_code)).inc()

@@ -136,6 +136,18 @@ def test_metrics_count_microbatch_sizes(make_fake_app: Callable[..., Flask]) -> 
     assert value(found, "spo_request_texts_sum") == 2
 
 
+def test_metrics_labels_stay_bounded_whatever_the_method(client: FlaskClient) -> None:
+    """A client may send any method token: each one was a new series (in every worker's file and in
+    Prometheus), so a loop of made-up methods grew them without end. Unknown methods are "other"."""
+    for i in range(30):
+        client.open("/v1/extract", method=f"XQ{i:03d}")
+    client.open("/v1/extract", method="PUT")
+    found = scrape(client)
+    methods = {labels["method"] for labels, _ in found["spo_http_requests_total"]}
+    assert "XQ000" not in methods and {"other", "PUT"} <= methods
+    assert value(found, "spo_http_requests_total", method="other", status="405") == 30
+
+
 def test_metrics_prepare_multiprocess_dir_starts_empty(tmp_path: Path) -> None:
     directory = tmp_path / "m"
     directory.mkdir()
