@@ -95,7 +95,9 @@ def export_model_dir(
 def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     """Where to write the model directory ``out``: a path (not made yet) in a temporary sibling,
     renamed to ``out`` (replacing it) when the block ends without error and removed either way, so
-    a failed export never leaves a half-written model directory. What ``out`` may be is
+    a failed export never leaves a half-written model directory. The model it replaces is moved
+    aside first and deleted only once the new one is in place (put back if that fails): it was
+    deleted first, so a kill or an error in between lost both. What ``out`` may be is
     ``training.conversion.replaceable``'s rule (``FileExistsError`` otherwise)."""
     from training.conversion import replaceable
 
@@ -106,9 +108,15 @@ def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield staging / "model"
+        replaced = staging / "replaced"
         if out.exists():
-            shutil.rmtree(out)
-        (staging / "model").rename(out)
+            out.rename(replaced)
+        try:
+            (staging / "model").rename(out)
+        except OSError:
+            if replaced.exists():
+                replaced.rename(out)
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -201,3 +201,34 @@ def test_no_writer_deletes_a_folder_of_other_files(triples_model_dir: Path, tmp_
         assert "not a model directory (no model.json in it) and not empty" in result.output
         assert "Traceback" not in result.output
         assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
+
+
+def test_a_replaced_model_is_deleted_only_once_the_new_one_is_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model ``--force`` replaces was deleted before the new one was moved in: an error (or a
+    kill) in between lost both. Now it is moved aside, and put back when the move fails."""
+    from training.export import staged_model_dir
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "model.json").write_text('{"version": "old"}', encoding="utf-8")
+    with staged_model_dir(out, force=True) as target:
+        target.mkdir()
+        (target / "model.json").write_text('{"version": "new"}', encoding="utf-8")
+    assert json.loads((out / "model.json").read_text(encoding="utf-8"))["version"] == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing staged is left
+
+    real_rename = Path.rename
+
+    def failing(self: Path, target: Path) -> Path:
+        if self.name == "model" and self.parent != tmp_path:  # the new model moving in
+            raise OSError(28, "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(OSError, match="No space"), staged_model_dir(out, force=True) as target:
+        target.mkdir()
+        (target / "model.json").write_text('{"version": "newer"}', encoding="utf-8")
+    assert json.loads((out / "model.json").read_text(encoding="utf-8"))["version"] == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
