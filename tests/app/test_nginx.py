@@ -39,7 +39,16 @@ from tests.app.test_live import (
     wait_ready,
     wait_workers,
 )
-from tests.app.test_supervisor import BOOT_TIMEOUT_S, SPO, needs_nginx, serve_env, spo_reload, start
+from tests.app.test_supervisor import (
+    BOOT_TIMEOUT_S,
+    SPO,
+    kill_if_running,
+    needs_nginx,
+    serve_env,
+    spo_reload,
+    start,
+    stop_cleanly,
+)
 
 CLIENTS = 4
 MAX_KILLS = 6
@@ -296,12 +305,9 @@ def test_nginx_exposed_service_https_tokens_file_and_reload(
         assert "reload refused: invalid settings" in log.read_text()
         assert "SPO_AUTH_TOKENS_FILE: no token in" in log.read_text()
         assert extract(TOKEN_B) == 200
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0, log.read_text()[-3000:]
+        stop_cleanly(process, log)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
     assert TOKEN_A not in log.read_text() and TOKEN_B not in log.read_text()
 
 
@@ -379,12 +385,9 @@ def test_nginx_takes_a_renewed_certificate_without_a_restart(
         assert process.poll() is None
         assert log.read_text().count("the TLS certificate or key changed") == 2
         assert statuses and set(statuses) == {200}, Counter(statuses)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0, log.read_text()[-3000:]
+        stop_cleanly(process, log)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
 
 
 def _retried(log_text: str) -> int:
@@ -458,13 +461,10 @@ def test_nginx_retries_the_requests_of_a_killed_worker(
         stop.set()
         for thread in threads:
             thread.join(60)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0, log.read_text()[-3000:]
+        stop_cleanly(process, log)
     finally:
         stop.set()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
     output = log.read_text()
     retried = _retried(output)
     print(

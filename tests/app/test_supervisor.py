@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,19 @@ def start(port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def stop_cleanly(process: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, as a container stop sends it: the server must be gone with status 0 within 60 s."""
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0, log.read_text()[-3000:]
+
+
+def kill_if_running(process: subprocess.Popen[Any]) -> None:
+    """On the way out of a test that failed before stopping its server: kill it."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def run_dir_of(log: Path) -> Path:
@@ -118,12 +132,9 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         # spo reload finds gunicorn's master through the pid file of this address.
         spo_reload(port, log)
         assert post_json(port, {"text": "北京"}).status == 200
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0, log.read_text()[-3000:]
+        stop_cleanly(process, log)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
     assert not alive(nginx_pid) and not alive(gunicorn_pid)
     assert not run_dir.exists(), "socket, nginx pid file or temp files left behind"
     assert not pid_file.exists()
@@ -150,9 +161,7 @@ def test_supervisor_stops_nginx_when_gunicorn_cannot_start(
     try:
         assert process.wait(BOOT_TIMEOUT_S) == 3, log.read_text()[-3000:]
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
     output = log.read_text()
     assert "the model failed to load" in output
     assert "gunicorn exited (status 3): stopping the other" in output
@@ -205,9 +214,7 @@ def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -
         assert process.wait(20) == 0
         assert process.stdout.read() == "cleaned\n"
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_if_running(process)
         if process.stdout is not None:
             process.stdout.close()
     assert nginx_log.read_text() == "SIGQUIT"
