@@ -89,9 +89,10 @@ def prepare_multiprocess_dir(path: str | Path) -> Path:
     return directory
 
 
-def mark_worker_dead(pid: int, live: Collection[int] = ()) -> None:
+def mark_worker_dead(pid: int, *, live: Collection[int]) -> None:
     """gunicorn ``child_exit``: drop the dead worker's per-worker gauges and fold its counters (and
-    those of any other process not in ``live``) into the merged files (see the module docstring)."""
+    those of any other process not in ``live``) into the merged files (see the module docstring).
+    ``live`` is required: a running worker's file folded away would lose what it counts after."""
     path = multiprocess_dir()
     if path is None:
         return
