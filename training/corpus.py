@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 from faker import Faker
 
@@ -1679,10 +1679,14 @@ def _valid(rec: Record) -> bool:
     return True
 
 
+def write_records(fh: IO[str], n: int, seed: int, split: str = "train") -> int:
+    """Write ``n`` records of the corpus ``seed`` and ``split`` name, one JSON line each, to ``fh``."""
+    for rec in CorpusGenerator(seed, split).records(n):
+        fh.write(rec.to_json() + "\n")
+    return n
+
+
 def write_corpus(path: Path, n: int, seed: int, split: str = "train") -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
-    gen = CorpusGenerator(seed, split)
     with path.open("w", encoding="utf-8") as fh:
-        for rec in gen.records(n):
-            fh.write(rec.to_json() + "\n")
-    return n
+        return write_records(fh, n, seed, split)

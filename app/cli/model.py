@@ -9,10 +9,12 @@ defaults). The web process never imports this module.
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import logging
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -115,20 +117,34 @@ def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F
 )
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> None:
-    """Write a synthetic DuIE-style corpus (JSON lines) to OUT (needs the training extra: faker).
+    """Write a synthetic DuIE-style corpus (JSON lines) to OUT, or - for stdout (needs the
+    training extra: faker).
 
     OUT is written whole or not at all (a temporary file beside it, renamed at the end)."""
-    problem = _file_problem(out, force)
+    to_stdout = str(out) == "-"
+    problem = None if to_stdout else _file_problem(out, force)
     if problem is not None:
         raise click.BadParameter(problem, param_hint="OUT")
     try:
-        from training.corpus import write_corpus
+        from training.corpus import write_corpus, write_records
     except ImportError as exc:
         raise click.ClickException(
             f"make-corpus needs the training extra ({exc.name} is missing): "
             "pip install 'spo-service[training]' (in a checkout: make extra-training)"
         ) from None
 
+    if to_stdout:
+        stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+        try:
+            write_records(stdout, count, seed, split)
+            stdout.flush()
+        except BrokenPipeError:  # the reader went away (| head): stop quietly, as spo extract does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
+        finally:
+            stdout.detach()
+        click.echo(f"-: {count} records (seed {seed}, {split} names)", err=True)
+        return
     with _written_whole(out) as tmp:
         try:
             write_corpus(tmp, count, seed, split)

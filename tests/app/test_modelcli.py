@@ -1,6 +1,8 @@
 import fcntl
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -192,6 +194,33 @@ def test_modelcli_make_corpus_writes_the_generator_output(tmp_path):
     assert result.exit_code == 0, result.output
     write_corpus(tmp_path / "b.jsonl", 30, seed=1)
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_modelcli_make_corpus_writes_to_stdout_with_a_dash(tmp_path, monkeypatch):
+    from training.corpus import write_corpus
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["make-corpus", "-", "--n", "30", "--seed", "4"])
+    assert result.exit_code == 0, result.output
+    write_corpus(tmp_path / "b.jsonl", 30, seed=4)
+    assert result.stdout_bytes == (tmp_path / "b.jsonl").read_bytes()
+    assert result.stderr == "-: 30 records (seed 4, train names)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jsonl"]  # no file named "-"
+
+
+def test_modelcli_make_corpus_to_a_closed_pipe_stops_quietly(tmp_path):
+    spo = Path(sys.executable).with_name("spo")
+    done = subprocess.run(
+        f"{spo} make-corpus - --n 5000 | head -n 2",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert len(done.stdout.splitlines()) == 2 and done.stdout.startswith('{"text": ')
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_modelcli_make_corpus_never_replaces_a_file_unasked_nor_leaves_half_a_corpus(
