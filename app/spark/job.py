@@ -18,6 +18,13 @@ it and keeps it in a module global for every later task and partition (Spark reu
 carries a plain ``_Job``. TensorFlow's intra-op threads are the task's CPUs (``spark.task.cpus``), so an
 executor with C cores runs C / task.cpus models side by side without oversubscribing its cores.
 
+**A record that crashes its worker** (a native crash, an out-of-memory kill) takes the Python worker
+with it, and Spark retries the task (``spark.task.maxFailures``). A retried task (attempt 1 or later)
+does not run inline: it runs its records through ``app.batch.workers.ProcessExecutor`` with one worker
+process of its own, ``spo extract``'s isolation, so the record that crashed is an ``internal_error``
+row the second time instead of failing every attempt and the job. That process loads its own model
+and ends with the task; first attempts keep the process's one extractor.
+
 **Line numbers without a shuffle.** A text line's id is its line number, which no Spark file source
 reports. The driver first counts the lines of every input split (``_metadata.file_path`` and
 ``file_block_start``: one small row per split), then each task numbers its lines from its split's base,
@@ -62,7 +69,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.batch.output import dumps_line
 from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
 from app.batch.stream import extract_windows
-from app.batch.workers import ExtractorFactory, InlineExecutor, WorkSpec
+from app.batch.workers import ExtractorFactory, InlineExecutor, ProcessExecutor, WorkSpec
 from app.core.settings import DEFAULT_MODEL_DIR
 from nlp.config import (
     DEFAULT_MAX_TEXT_CHARS,
@@ -138,8 +145,12 @@ class _Job:
     model_sha256: str | None = None  # a shipped model's tree_sha256, checked once per process
 
     def outcomes(self, records: list[Record], factory: ExtractorFactory) -> list[Outcome]:
-        """The outcome of each record, in order, through this process's one extractor."""
-        executor = _executor_for(self._spec(), factory)
+        """The outcome of each record, in order: through this process's one extractor, or, in a
+        retried task, through the task's own worker process (``_isolated_executor_for``)."""
+        spec = self._spec()
+        executor = (
+            _isolated_executor_for(spec, factory) if _retried() else _executor_for(spec, factory)
+        )
         return [
             outcome
             for pairs in extract_windows(
@@ -174,6 +185,41 @@ def _executor_for(spec: WorkSpec, factory: ExtractorFactory) -> InlineExecutor:
             time.perf_counter() - started,
         )
     return executor
+
+
+_ISOLATED: dict[WorkSpec, ProcessExecutor] = {}
+
+
+def _retried() -> bool:
+    """Whether this task is a retry: an earlier attempt failed, maybe on a record that crashed."""
+    context = TaskContext.get()
+    return context is not None and context.attemptNumber() > 0
+
+
+def _isolated_executor_for(spec: WorkSpec, factory: ExtractorFactory) -> ProcessExecutor:
+    """A retried task's executor: one worker process, started on its first batch, ended with the
+    task (``_end_task``); a record that kills it twice alone becomes an error row."""
+    executor = _ISOLATED.get(spec)
+    if executor is None:
+        context = TaskContext.get()
+        logger.warning(
+            "pid %d: task %s attempt %s runs its records in a worker process of its own (an "
+            "earlier attempt failed: a record that crashes the worker becomes an error row)",
+            os.getpid(),
+            context.partitionId() if context is not None else "?",
+            context.attemptNumber() if context is not None else "?",
+        )
+        executor = ProcessExecutor(factory, spec, workers=1)
+        executor.start()
+        _ISOLATED[spec] = executor
+    return executor
+
+
+def _end_task() -> None:
+    """At the end of a task's batches: stop what a retried task started (its worker, its model)."""
+    while _ISOLATED:
+        _, executor = _ISOLATED.popitem()
+        executor.close()
 
 
 _UNPACKED: dict[str, Path] = {}
@@ -250,15 +296,18 @@ def extract_dataframe(
     schema = to_arrow_schema(fields)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            records = [
-                Record(i, t)
-                if t is not None
-                else Record(i, None, InvalidInput(f"{text_col} is null", field=text_col))
-                for i, t in enumerate(batch.column(1).to_pylist())
-            ]
-            arrays = _result_arrays(job.outcomes(records, factory), schema)
-            yield pa.RecordBatch.from_arrays([batch.column(0), *arrays], schema=schema)
+        try:
+            for batch in batches:
+                records = [
+                    Record(i, t)
+                    if t is not None
+                    else Record(i, None, InvalidInput(f"{text_col} is null", field=text_col))
+                    for i, t in enumerate(batch.column(1).to_pylist())
+                ]
+                arrays = _result_arrays(job.outcomes(records, factory), schema)
+                yield pa.RecordBatch.from_arrays([batch.column(0), *arrays], schema=schema)
+        finally:
+            _end_task()
 
     selected = df.select(F.col(id_col).alias("id"), F.col(text_col).cast("string").alias("text"))
     return selected.mapInArrow(run, fields)
@@ -758,29 +807,34 @@ def extract_records(
     schema = to_arrow_schema(fields)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = batch.to_pydict()
-            ids = [json.loads(i) for i in rows["id"]]
-            records = [
-                Record(i, t, None if code is None else _ParseError(code, message))
-                for i, t, code, message in zip(
-                    ids, rows["text"], rows["error_code"], rows["error_message"], strict=True
-                )
-            ]
-            outcomes = job.outcomes(records, factory)
-            seq = batch.column("seq")
-            if output_format == "jsonl":
-                lines = [
-                    dumps_line(i, o)[:-1].decode("utf-8")
-                    for i, o in zip(ids, outcomes, strict=True)
+        try:
+            for batch in batches:
+                rows = batch.to_pydict()
+                ids = [json.loads(i) for i in rows["id"]]
+                records = [
+                    Record(i, t, None if code is None else _ParseError(code, message))
+                    for i, t, code, message in zip(
+                        ids, rows["text"], rows["error_code"], rows["error_message"], strict=True
+                    )
                 ]
-                yield pa.RecordBatch.from_arrays([seq, pa.array(lines, pa.string())], schema=schema)
-            else:
-                id_text = [_id_text(i) for i in ids]
-                arrays = _result_arrays(outcomes, schema)
-                yield pa.RecordBatch.from_arrays(
-                    [seq, pa.array(id_text, pa.string()), *arrays], schema=schema
-                )
+                outcomes = job.outcomes(records, factory)
+                seq = batch.column("seq")
+                if output_format == "jsonl":
+                    lines = [
+                        dumps_line(i, o)[:-1].decode("utf-8")
+                        for i, o in zip(ids, outcomes, strict=True)
+                    ]
+                    yield pa.RecordBatch.from_arrays(
+                        [seq, pa.array(lines, pa.string())], schema=schema
+                    )
+                else:
+                    id_text = [_id_text(i) for i in ids]
+                    arrays = _result_arrays(outcomes, schema)
+                    yield pa.RecordBatch.from_arrays(
+                        [seq, pa.array(id_text, pa.string()), *arrays], schema=schema
+                    )
+        finally:
+            _end_task()
 
     return records.mapInArrow(run, fields)
 
