@@ -8,7 +8,10 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
 
 - SIGTERM / SIGINT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
   gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
-  is killed. The run directory is removed: no socket, pid file or temp file stays behind.
+  is killed. The run directory is removed: no socket, pid file or temp file stays behind. A supervisor
+  killed outright (SIGKILL) cannot remove it; the next ``spo serve --nginx`` on the machine does (its
+  ``supervisor.pid`` names a process that is gone), so a container restarted after kills does not fill
+  its ``/tmp``.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.serving.master``); ``spo reload`` does
   the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again.
 - A renewed TLS certificate: the supervisor looks at ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` every
@@ -58,6 +61,32 @@ NGINX_MISSING = (
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.2
 CERT_CHECK_S = 2.0  # how often the TLS files are looked at (a renewal is picked up in 2-4 s)
+RUN_DIR_PREFIX = "spo-serve-"
+OWNER_FILE = "supervisor.pid"  # in the run directory: the supervisor that made it
+
+
+def remove_stale_run_dirs(parent: Path) -> list[Path]:
+    """Remove the run directories in ``parent`` (the temporary directory) left by supervisors that
+    were killed: those of this user whose ``supervisor.pid`` names no running process. One without
+    that file (being made right now) or whose supervisor runs is left alone. Returns the removed."""
+    removed = []
+    for run_dir in sorted(parent.glob(f"{RUN_DIR_PREFIX}*")):
+        try:
+            if run_dir.stat().st_uid != os.getuid():
+                continue
+            pid = int((run_dir / OWNER_FILE).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # running (a pid taken again by another process counts too: left alone)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed.append(run_dir)
+    return removed
 
 
 def _say(message: str) -> None:
@@ -210,9 +239,12 @@ def serve_behind_nginx(
     nginx = find_nginx()
     if nginx is None:
         raise click.ClickException(NGINX_MISSING)
-    run_dir = Path(tempfile.mkdtemp(prefix="spo-serve-"))
+    for stale in remove_stale_run_dirs(Path(tempfile.gettempdir())):
+        _say(f"removed {stale}: the run directory of a spo serve --nginx that was killed")
+    run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
     try:
         run_dir.chmod(0o711)
+        (run_dir / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
         socket_path = run_dir / "gunicorn.sock"
         prefix = run_dir / "nginx"
         prefix.mkdir()

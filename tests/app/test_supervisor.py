@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from app.serving.launch import default_pid_file
-from app.serving.supervisor import find_nginx
+from app.serving.supervisor import OWNER_FILE, find_nginx, remove_stale_run_dirs
 from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
 
 BOOT_TIMEOUT_S = 120
@@ -91,6 +91,27 @@ def serve_env(model_dir: Path) -> dict[str, str]:
     }
 
 
+def test_supervisor_removes_only_the_run_directories_of_killed_supervisors(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # a pid no process has now
+    dirs = {}
+    for name, owner in (("killed", gone.pid), ("running", os.getpid()), ("being-made", None)):
+        run_dir = tmp_path / f"spo-serve-{name}"
+        (run_dir / "nginx" / "client_body_temp").mkdir(parents=True)
+        if owner is not None:
+            (run_dir / OWNER_FILE).write_text(f"{owner}\n", encoding="ascii")
+        dirs[name] = run_dir
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    (other / OWNER_FILE).write_text(f"{gone.pid}\n", encoding="ascii")
+    assert remove_stale_run_dirs(tmp_path) == [dirs["killed"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "not-ours",
+        "spo-serve-being-made",
+        "spo-serve-running",
+    ]
+
+
 @needs_nginx
 @pytest.mark.live
 @pytest.mark.slow
@@ -107,6 +128,7 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         run_dir = run_dir_of(log)
         assert (run_dir / "gunicorn.sock").is_socket()
         assert run_dir.stat().st_mode & 0o777 == 0o711
+        assert (run_dir / OWNER_FILE).read_text() == f"{process.pid}\n"
         nginx_pid = int((run_dir / "nginx" / "nginx.pid").read_text())
         gunicorn_pid = int(pid_file.read_text())
         answer = post_json(port, {"text": "李白出生于碎叶城。"})
