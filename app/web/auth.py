@@ -11,9 +11,11 @@ on ``SPO_PAGES``:
   token, ``SPO_METRICS_TOKEN``); an unknown path without a token is a 401, not a 404;
 - ``off``: as ``open``, and the pages are not served at all (``app.web.pages``).
 
-Tokens are compared in constant time (``hmac.compare_digest``) and never logged. A worker that found
-the tokens file unreadable (it changed after ``spo serve`` checked it) stays up and fails closed: every
-request that needs a token gets 503 ``service_unavailable`` until a reload.
+Tokens are compared in constant time (``hmac.compare_digest``) and never logged. Under ``spo serve``
+the master reads the file and hands the tokens to its workers by the fork (a recycled worker serves its
+generation's tokens); a start or a reload on a file it cannot read is refused. An app made otherwise
+(``create_app()`` reading ``SPO_*`` itself) whose tokens file is unreadable stays up and fails closed:
+every request that needs a token gets 503 ``service_unavailable``.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def init_app(app: Flask) -> None:
     if settings.auth_tokens_problem:
         logger.error(
             "SPO_AUTH_TOKENS_FILE: %s: every request that needs a token is refused (503) until the "
-            "file is fixed and the service reloaded (spo reload)",
+            "file is fixed and the app made again (a restart)",
             settings.auth_tokens_problem,
         )
     # After the request id and the metrics timer (app.core.logs, app.web.metrics, registered before): a

@@ -330,6 +330,44 @@ def test_master_worker_recycled_while_model_dir_is_gone_stays_up_and_recovers(
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_master_recycled_workers_keep_their_generations_tokens_until_a_reload(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The master reads SPO_AUTH_TOKENS_FILE (at start, on each reload); a worker recycled after the
+    file was edited serves the same tokens as its siblings, not the edited file (docs/security.md)."""
+    old, new = "token-old-0123456789", "token-new-0123456789"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{old}\n")
+    env = serve_env(
+        models["link"],
+        SPO_WORKERS="1",
+        SPO_MAX_REQUESTS="4",
+        SPO_MAX_REQUESTS_JITTER="0",
+        SPO_AUTH_TOKENS_FILE=str(tokens),
+    )
+
+    def status(token: str) -> int:
+        return post_json(server.port, {"text": TEXT}, Authorization=f"Bearer {token}").status
+
+    with run_server(env, tmp_path) as server:
+        assert status(old) == 200
+        tokens.write_text(f"{new}\n")
+        booted = len(log_lines(server.log, "Booting worker"))
+        for _ in range(9):  # two recycles at 4 requests a worker
+            assert call(server.port, "GET", "/healthz").status == 200
+        wait_log(server.log, "Booting worker", 60, count=booted + 2)
+        wait_ready(server.port, server.process, server.log, BOOT_TIMEOUT_S)
+        assert status(old) == 200 and status(new) == 401
+        spo_reload(server)
+        wait_log(server.log, "reload done", BOOT_TIMEOUT_S)
+        time.sleep(1)  # the old generation finishes and exits
+        assert [status(new) for _ in range(3)] == [200] * 3
+        assert status(old) == 401
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_master_first_start_with_a_corrupt_model_exits_nonzero(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
