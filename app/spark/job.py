@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import SparkFiles, TaskContext
+from pyspark import SparkConf, SparkFiles, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -906,6 +906,24 @@ def run_spark_extract(
     return summary
 
 
+# Attempts of a task on a local master: Spark's local mode fails the job at a task's first failure
+# unless the master names more (``local[N,F]``); two let a retried task isolate a crashing record.
+LOCAL_TASK_ATTEMPTS = 2
+
+
+def with_local_retry(master: str) -> str:
+    """``master``, with ``LOCAL_TASK_ATTEMPTS`` attempts per task when it is a local master that names
+    none (``local``, ``local[N]``, ``local[*]``); any other master is left as it is.
+
+    >>> [with_local_retry(m) for m in ("local", "local[2]", "local[*]", "local[2,4]", "yarn")]
+    ['local[1,2]', 'local[2,2]', 'local[*,2]', 'local[2,4]', 'yarn']
+    """
+    local = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
+    if local is None:
+        return master
+    return f"local[{local.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
+
+
 def session(
     master: str | None = None,
     conf: dict[str, str] | None = None,
@@ -914,7 +932,9 @@ def session(
     python: str | None = None,
     python_env: str | None = None,
 ) -> SparkSession:
-    """A SparkSession: ``master`` overrides what ``spark-submit`` set (else ``local[*]``).
+    """A SparkSession: ``master`` overrides what ``spark-submit`` set (else ``local[*]``). A local
+    master retries a failed task once (``with_local_retry``), as a cluster does (4 attempts by
+    default), so that a record that crashes the model is an error row there too.
 
     Executors' Python: on a local master outside ``spark-submit``, this interpreter. On a cluster,
     ``python`` names an interpreter every node has (with spo installed), or ``python_env`` a packed
@@ -935,8 +955,6 @@ def session(
             f"--python-env must be a .tar.gz, .tgz, .zip or .tar archive, got {python_env}"
         )
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
-    if master:
-        builder = builder.master(master)
     settings = dict(conf or {})
     # PYSPARK_PYTHON is read by SparkContext when it starts (the executors' Python); the conf key
     # spark.pyspark.python is spark-submit's, which has already run or is not running.
@@ -953,7 +971,9 @@ def session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        return builder.getOrCreate()
+        # What spark-submit or spark-defaults.conf set when not given (starts Spark's gateway).
+        chosen = master or SparkConf().get("spark.master", None) or "local[*]"
+        return builder.master(with_local_retry(chosen)).getOrCreate()
     except Exception as exc:  # a master URL Spark does not take, no JVM; Spark printed its reason
         raise SparkExtractError(
             f"cannot start Spark{f' with master {master!r}' if master else ''}: {_first_line(exc)} "

@@ -1,8 +1,8 @@
 """A record that crashes its Spark Python worker: the retried task isolates it (``app.spark.job``).
 
-Its own module: the session needs ``local[2,2]`` (a task may fail once and be retried; plain
-``local[N]`` never retries) and the repository on the workers' path (the fake extractor lives in
-``tests``), and one process holds one SparkContext at a time.
+Its own module: the session needs the repository on the workers' path (the fake extractor lives in
+``tests``), and one process holds one SparkContext at a time. The master is a plain ``local[2]``, which
+Spark alone never retries: ``session`` makes it ``local[2,2]``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     session = spo_spark.session(
-        "local[2,2]",
+        "local[2]",
         {"spark.ui.enabled": "false", "spark.executorEnv.PYTHONPATH": str(ROOT)},
     )
     yield session
@@ -48,6 +48,7 @@ def test_spark_a_record_that_crashes_its_worker_is_an_error_row_not_a_failed_job
     texts = [f"张三{i}在北京" for i in range(40)]
     texts[7] = f"北京{BOOM}"  # kills whichever process runs it (os._exit), every time
     texts[31] = f"{BOOM}张三"
+    assert spark.sparkContext.master == "local[2,2]"
     df = spark.createDataFrame(list(enumerate(texts)), "id long, text string").repartition(2)
     out = spo_spark.extract_dataframe(df, DEFAULT_MODEL_DIR, factory=FakeFactory(die_always=True))
     rows = {r["id"]: r.asDict(recursive=True) for r in out.collect()}
