@@ -13,7 +13,7 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   ``supervisor.pid`` names a process that is gone), so a container restarted after kills does not fill
   its ``/tmp``.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.serving.master``); ``spo reload`` does
-  the same through the pid file. The new workers read ``SPO_AUTH_TOKENS_FILE`` again.
+  the same through the pid file. The master reads ``SPO_AUTH_TOKENS_FILE`` again for the new workers.
 - A renewed TLS certificate: the supervisor looks at ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` every
   ``CERT_CHECK_S`` (the file each path leads to: a Kubernetes Secret's symlink switch counts), and once
   a change has held for one look (so a pair written one file at a time, or a file half-written, is not

@@ -54,7 +54,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,21 @@ def _end_task() -> None:
         executor.close()
 
 
+Batches = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def _one_task(run: Batches) -> Batches:
+    """``run`` (a ``mapInArrow`` function: one task's batches), ending with ``_end_task``."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from run(batches)
+        finally:
+            _end_task()
+
+    return task
+
+
 _UNPACKED: dict[str, Path] = {}
 
 
@@ -295,19 +310,17 @@ def extract_dataframe(
     fields = T.StructType([T.StructField("id", df.schema[id_col].dataType), *RESULT_FIELDS])
     schema = to_arrow_schema(fields)
 
+    @_one_task
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        try:
-            for batch in batches:
-                records = [
-                    Record(i, t)
-                    if t is not None
-                    else Record(i, None, InvalidInput(f"{text_col} is null", field=text_col))
-                    for i, t in enumerate(batch.column(1).to_pylist())
-                ]
-                arrays = _result_arrays(job.outcomes(records, factory), schema)
-                yield pa.RecordBatch.from_arrays([batch.column(0), *arrays], schema=schema)
-        finally:
-            _end_task()
+        for batch in batches:
+            records = [
+                Record(i, t)
+                if t is not None
+                else Record(i, None, InvalidInput(f"{text_col} is null", field=text_col))
+                for i, t in enumerate(batch.column(1).to_pylist())
+            ]
+            arrays = _result_arrays(job.outcomes(records, factory), schema)
+            yield pa.RecordBatch.from_arrays([batch.column(0), *arrays], schema=schema)
 
     selected = df.select(F.col(id_col).alias("id"), F.col(text_col).cast("string").alias("text"))
     return selected.mapInArrow(run, fields)
@@ -806,35 +819,31 @@ def extract_records(
         )
     schema = to_arrow_schema(fields)
 
+    @_one_task
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        try:
-            for batch in batches:
-                rows = batch.to_pydict()
-                ids = [json.loads(i) for i in rows["id"]]
-                records = [
-                    Record(i, t, None if code is None else _ParseError(code, message))
-                    for i, t, code, message in zip(
-                        ids, rows["text"], rows["error_code"], rows["error_message"], strict=True
-                    )
+        for batch in batches:
+            rows = batch.to_pydict()
+            ids = [json.loads(i) for i in rows["id"]]
+            records = [
+                Record(i, t, None if code is None else _ParseError(code, message))
+                for i, t, code, message in zip(
+                    ids, rows["text"], rows["error_code"], rows["error_message"], strict=True
+                )
+            ]
+            outcomes = job.outcomes(records, factory)
+            seq = batch.column("seq")
+            if output_format == "jsonl":
+                lines = [
+                    dumps_line(i, o)[:-1].decode("utf-8")
+                    for i, o in zip(ids, outcomes, strict=True)
                 ]
-                outcomes = job.outcomes(records, factory)
-                seq = batch.column("seq")
-                if output_format == "jsonl":
-                    lines = [
-                        dumps_line(i, o)[:-1].decode("utf-8")
-                        for i, o in zip(ids, outcomes, strict=True)
-                    ]
-                    yield pa.RecordBatch.from_arrays(
-                        [seq, pa.array(lines, pa.string())], schema=schema
-                    )
-                else:
-                    id_text = [_id_text(i) for i in ids]
-                    arrays = _result_arrays(outcomes, schema)
-                    yield pa.RecordBatch.from_arrays(
-                        [seq, pa.array(id_text, pa.string()), *arrays], schema=schema
-                    )
-        finally:
-            _end_task()
+                yield pa.RecordBatch.from_arrays([seq, pa.array(lines, pa.string())], schema=schema)
+            else:
+                id_text = [_id_text(i) for i in ids]
+                arrays = _result_arrays(outcomes, schema)
+                yield pa.RecordBatch.from_arrays(
+                    [seq, pa.array(id_text, pa.string()), *arrays], schema=schema
+                )
 
     return records.mapInArrow(run, fields)
 
