@@ -25,7 +25,8 @@ INSTALL_HINT = "pip install 'spo-service[spark]' (in a checkout: make extra-spar
     "--master",
     metavar="URL",
     help="Spark master (local[N], spark://HOST:PORT, yarn, k8s://...); default: what spark-submit "
-    "set, else local[*]. A local master retries a failed task once (local[N] runs as local[N,2]).",
+    "set, else local[*]. A local master given here, or local[*], retries a failed task once "
+    "(local[N] runs as local[N,2]).",
 )
 @click.option(
     "--ship-model",

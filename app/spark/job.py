@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark import SparkConf, SparkFiles, TaskContext
+from pyspark import SparkFiles, TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -942,8 +942,9 @@ def session(
     python_env: str | None = None,
 ) -> SparkSession:
     """A SparkSession: ``master`` overrides what ``spark-submit`` set (else ``local[*]``). A local
-    master retries a failed task once (``with_local_retry``), as a cluster does (4 attempts by
-    default), so that a record that crashes the model is an error row there too.
+    master given here, or the ``local[*]`` default, retries a failed task once (``with_local_retry``),
+    as a cluster does (4 attempts by default), so that a record that crashes the model is an error
+    row there too; a master ``spark-submit`` set is left as it is.
 
     Executors' Python: on a local master outside ``spark-submit``, this interpreter. On a cluster,
     ``python`` names an interpreter every node has (with spo installed), or ``python_env`` a packed
@@ -964,6 +965,10 @@ def session(
             f"--python-env must be a .tar.gz, .tgz, .zip or .tar archive, got {python_env}"
         )
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    # spark-submit's master is its own (a local one there keeps Spark's attempts: say --master).
+    chosen = master or (None if submitted else "local[*]")
+    if chosen:
+        builder = builder.master(with_local_retry(chosen))
     settings = dict(conf or {})
     # PYSPARK_PYTHON is read by SparkContext when it starts (the executors' Python); the conf key
     # spark.pyspark.python is spark-submit's, which has already run or is not running.
@@ -980,9 +985,7 @@ def session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        # What spark-submit or spark-defaults.conf set when not given (starts Spark's gateway).
-        chosen = master or SparkConf().get("spark.master", None) or "local[*]"
-        return builder.master(with_local_retry(chosen)).getOrCreate()
+        return builder.getOrCreate()
     except Exception as exc:  # a master URL Spark does not take, no JVM; Spark printed its reason
         raise SparkExtractError(
             f"cannot start Spark{f' with master {master!r}' if master else ''}: {_first_line(exc)} "
