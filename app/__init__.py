@@ -15,8 +15,11 @@ TensorFlow session (see ``app.web.model_slot``). TensorFlow is imported only whe
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from flask import Flask
+from werkzeug.routing import Map
 
 from app import batch
 from app.core import logs as app_logging
@@ -27,6 +30,20 @@ from app.web.registry import ModelRegistry
 from nlp.loader import load_extractor
 
 __all__ = ["create_app"]
+
+
+class _OneSpelling(Map):
+    """Werkzeug's URL map without its slash merging: ``/v1//extract`` would be answered with a 308
+    redirect (an HTML body, its ``Location`` built from the client's ``Host``); every path has one
+    spelling, and another is a 404 problem like any unknown path."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["merge_slashes"] = False
+        super().__init__(*args, **kwargs)
+
+
+class _App(Flask):
+    url_map_class = _OneSpelling
 
 
 def create_app(
@@ -51,7 +68,7 @@ def create_app(
         # `flask --app app`, tests: a model directory that is gone is a load failure to survive.
         settings = Settings.from_env(require_model=False)
     # SPO_PAGES=off: no demo page, so none of its assets either (app.web.pages).
-    app = Flask(__name__, static_folder=None if settings.pages == "off" else "web/static")
+    app = _App(__name__, static_folder=None if settings.pages == "off" else "web/static")
     # One byte over the limit, so that a chunked body over it can be told from one at it (app.web.api).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.json.ensure_ascii = False  # type: ignore[attr-defined]

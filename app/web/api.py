@@ -17,6 +17,7 @@ stay ``Extraction`` values until the response is written.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,19 @@ bp = Blueprint("api", __name__)
 RETRY_AFTER_S = "5"
 _JSON_MIMETYPE = "application/json"
 _FIELDS = ("text", "texts")
+_SHOWN_CHARS = 64  # of a client's name (a field, a model, a duplicate key) quoted in an answer
+
+
+def shown(name: str) -> str:
+    """A name the client sent, as an answer quotes it: at most ``_SHOWN_CHARS`` characters (then
+    ``...``), a lone surrogate (from a JSON escape such as ``\\ud800``) as that escape, since it
+    cannot be encoded.
+
+    >>> shown("lang"), shown("\\ud800x"), shown("k" * 70)[-5:]
+    ('lang', '\\\\ud800x', 'kk...')
+    """
+    cut = name[:_SHOWN_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+    return cut + "..." if len(name) > _SHOWN_CHARS else cut
 
 
 def settings() -> Settings:
@@ -65,7 +79,7 @@ def served(name: str | None = None) -> ServedModel:
     if model is None:
         raise ApiError(
             "unknown_model",
-            f"No model is called {name!r}; this service has: {', '.join(models.names)}.",
+            f"No model is called '{shown(name)}'; this service has: {', '.join(models.names)}.",
         )
     return model
 
@@ -103,7 +117,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for key, value in pairs:
         if key in doc:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key '{shown(key)}'")
         doc[key] = value
     return doc
 
@@ -151,9 +165,15 @@ def read_json_body() -> Any:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise ApiError("invalid_json", f"The body is not valid JSON: {exc}.") from None
-    except (ValueError, RecursionError) as exc:
-        # NaN/Infinity, duplicate keys, integers over Python's digit limit, absurd nesting.
-        raise ApiError("invalid_json", f"The body is not acceptable JSON: {exc}.") from None
+    except RecursionError:
+        raise ApiError(
+            "invalid_json", "The body is not acceptable JSON: it nests too deeply."
+        ) from None
+    except ValueError as exc:  # NaN/Infinity, duplicate keys, an integer over Python's digit limit
+        reason = str(exc)
+        if "integer string conversion" in reason:
+            reason = f"an integer has more than {sys.get_int_max_str_digits()} digits"
+        raise ApiError("invalid_json", f"The body is not acceptable JSON: {reason}.") from None
 
 
 def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[object], str]:
@@ -167,8 +187,8 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[object], str
     if unknown:
         raise ApiError(
             "unknown_field",
-            f"Unknown field {unknown[0]!r}; expected exactly one of 'text', 'texts'.",
-            field=unknown[0],
+            f"Unknown field '{shown(unknown[0])}'; expected exactly one of 'text', 'texts'.",
+            field=shown(unknown[0]),
         )
     if ("text" in doc) == ("texts" in doc):
         raise ApiError(

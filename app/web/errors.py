@@ -131,8 +131,21 @@ def _spo_error(exc: SpoError) -> Response:
         # A deadline is the service working as configured (a warning); the rest are faults.
         log = logger.warning if entry.status == 504 else logger.error
         log("%s while serving a request: %s", exc.code, exc.message)
-        return problem(entry, f"{entry.meaning[:1].upper()}{entry.meaning[1:]}.", code=exc.code)
+        return problem(
+            entry, _SERVER_DETAILS.get(entry.code) or _sentence(entry.meaning), code=exc.code
+        )
     return problem(entry, exc.message, code=exc.code, field=exc.field)
+
+
+# Where the catalogue's meaning speaks of the batch command too, what a REST client is told instead.
+_SERVER_DETAILS = {
+    "deadline_exceeded": "The request ran past SPO_REQUEST_TIMEOUT and was stopped; "
+    "send fewer or shorter texts per request.",
+}
+
+
+def _sentence(meaning: str) -> str:
+    return f"{meaning[:1].upper()}{meaning[1:]}."
 
 
 def _http_error(exc: HTTPException) -> Response:

@@ -153,6 +153,11 @@ BAD_DOCUMENTS = [
     pytest.param(b'{"text": "a", "texts": ["b"]}', "invalid_input", 422, None, id="both"),
     pytest.param(b'{"text": "a", "lang": "zh"}', "unknown_field", 422, "lang", id="unknown-field"),
     pytest.param(b'{"txt": "a"}', "unknown_field", 422, "txt", id="typo"),
+    pytest.param(b'{"\\ud800": "a"}', "unknown_field", 422, "\\ud800", id="surrogate-key"),
+    pytest.param(b'{"text": "a", "\\udfff": 1}', "unknown_field", 422, "\\udfff",
+                 id="surrogate-key-beside-text"),
+    pytest.param(b'{"\\ud800": 1, "\\ud800": 2}', "invalid_json", 400, None,
+                 id="surrogate-duplicate-key"),
     pytest.param(b'{"text": 1}', "invalid_input", 422, "text", id="text-int"),
     pytest.param(b'{"text": null}', "invalid_input", 422, "text", id="text-null"),
     pytest.param(b'{"text": ["a"]}', "invalid_input", 422, "text", id="text-list"),
@@ -191,6 +196,23 @@ def test_api_extract_names_a_byte_order_mark(client: FlaskClient) -> None:
     assert_problem(response, 400, "invalid_json")
     detail = response.get_json()["detail"]
     assert "byte order mark (U+FEFF)" in detail and "utf-8-sig" not in detail
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+        (b'{"text": ' + b"1" * 5000 + b"}", "an integer has more than 4300 digits"),
+    ],
+)
+def test_api_extract_names_unacceptable_json_in_its_own_words(
+    client: FlaskClient, body: bytes, said: str
+) -> None:
+    """Python's own words (``sys.set_int_max_str_digits()``, "maximum recursion depth") mean
+    nothing to a client."""
+    response = client.post("/v1/extract", data=body, content_type="application/json")
+    detail = assert_problem(response, 400, "invalid_json")["detail"]
+    assert said in detail and "sys." not in detail and "recursion" not in detail
 
 
 def test_api_extract_surrogate_pair_escape_is_fine(client: FlaskClient) -> None:
@@ -292,6 +314,31 @@ def test_api_extract_body_over_limit_is_413(make_fake_app: Callable[..., Flask])
 def test_api_unknown_path_is_404_problem(client: FlaskClient) -> None:
     assert_problem(client.get("/nope"), 404, "not_found")
     assert_problem(client.post("/v1/extract/x", json={}), 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1//extract", "/v1/models//extract", "/v1/models/demo//extract"]
+)
+def test_api_doubled_slash_is_404_problem_not_a_redirect(client: FlaskClient, path: str) -> None:
+    """Werkzeug merges slashes with a 308 redirect (an HTML body, and a Location built from the
+    client's Host header); the API has one spelling of each path."""
+    response = client.post(path, json={"text": "a"}, headers={"Host": "elsewhere.example"})
+    assert_problem(response, 404, "not_found")
+    assert "Location" not in response.headers
+
+
+def test_api_quotes_a_clients_long_name_shortened(client: FlaskClient) -> None:
+    """A name the client sent comes back shortened, not whole (a 5,000-character field or model
+    name would otherwise be echoed in full)."""
+    long = "k" * 5000
+    body = assert_problem(
+        client.post("/v1/extract", json={"text": "a", long: 1}), 422, "unknown_field"
+    )
+    assert body["field"] == "k" * 64 + "..." and len(body["detail"]) < 200
+    body = assert_problem(
+        client.post(f"/v1/models/{long}/extract", json={"text": "a"}), 404, "unknown_model"
+    )
+    assert len(body["detail"]) < 200
 
 
 def test_api_wrong_method_is_405_problem_with_allow(client: FlaskClient) -> None:

@@ -389,6 +389,33 @@ def test_live_nginx_broken_http_never_5xx(stack: Stack, request_bytes: bytes) ->
     assert json.loads(body)["request_id"] == headers["x-request-id"]
 
 
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        pytest.param(b"POST /v1/extract HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 501,
+                     id="gzip-chunked"),
+        pytest.param(b"POST /v1/extract HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: identity\r\nContent-Length: 2\r\n\r\n{}", 501,
+                     id="identity"),
+        pytest.param(b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, id="http-2.0"),
+    ],
+)  # fmt: skip
+def test_live_nginx_unimplemented_http_is_a_problem_never_html(
+    stack: Stack, request_bytes: bytes, status: int
+) -> None:
+    """What nginx refuses with a 5xx of its own (501, 505) is problem+json too, not its HTML page."""
+    answer = raw_exchange(stack.port, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    assert int(status_line.split()[1]) == status, answer[:500]
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    assert headers["content-type"] == PROBLEM, answer[:500]
+    problem = json.loads(body)
+    assert problem["status"] == status and problem["code"] == "bad_request"
+    assert problem["request_id"] == headers["x-request-id"]
+
+
 # -- schemathesis ----------------------------------------------------------------------------
 CHECKS = ",".join(
     [
