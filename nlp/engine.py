@@ -6,6 +6,7 @@
 - ``load_arguments``: what a model directory and the load options say about how to load it;
 - ``resolve_tensors``: which model tensors are the token ids, the segment ids and the task's outputs
   (named in ``model.json``, else taken from the model's own signature), checked for count and rank;
+  ``check_output_heads``: each output has the heads ``model.json``'s labels give it;
 - ``release_free_heap``: glibc's free pages handed back after loading;
 - CPU facts: the flags of ``/proc/cpuinfo`` and what they allow (bf16, int8), and whether the
   process runs oneDNN kernels (asked of TensorFlow's build, lazily: only the TF engine asks).
@@ -27,6 +28,7 @@ import numpy.typing as npt
 from nlp.config import LoadOptions
 from nlp.errors import InvalidInput, ModelLoadError
 from nlp.manifest import Manifest
+from nlp.tasks import OutputHeads
 
 T = TypeVar("T")
 
@@ -71,14 +73,23 @@ class WarmedShapes:
     ) -> list[npt.NDArray[Any]]:
         raise NotImplementedError
 
-    def _warm(self, vocab_size: int, seed: int) -> None:
+    def _warm(self, vocab_size: int, seed: int, where: str = "the model") -> None:
         """Run every shape once with full-size inputs (no padding), so the first real requests of
-        each shape allocate nothing new."""
+        each shape allocate nothing new. A run that fails is a ``ModelLoadError`` naming the model
+        (``where``) and the shape: the model and its ``model.json`` do not fit (the vocab, the
+        inputs, ``max_length``)."""
         rng = np.random.default_rng(seed)
         low = min(5, vocab_size - 1)
         for batch, length in sorted(self.shapes):
             ids = rng.integers(low, vocab_size, size=(batch, length), dtype=np.int64)
-            self._run(ids, np.zeros_like(ids))
+            try:
+                self._run(ids, np.zeros_like(ids))
+            except Exception as exc:  # each engine raises its own types
+                raise ModelLoadError(
+                    f"{where}: the warm-up run of shape ({batch}, {length}) failed: "
+                    f"{_first_line(exc)} (do model.json's vocab, inputs and max_length fit the "
+                    "model?)"
+                ) from exc
         self.runs = 0
 
     def check_shape(self, token_ids: npt.NDArray[Any], segment_ids: npt.NDArray[Any]) -> None:
@@ -103,14 +114,15 @@ def load_arguments(
     shapes: Iterable[tuple[int, int]],
     vocab_size: int,
 ) -> dict[str, Any]:
-    """What both engines' constructors take besides the model file: the tensor names and task of
-    ``manifest``, the threads and precision of ``options`` (none asked: the model's own), the ``shapes``
-    to warm."""
+    """What the engines' constructors take besides the model file: the tensor names, task and output
+    heads of ``manifest``, the threads and precision of ``options`` (none asked: the model's own),
+    the ``shapes`` to warm."""
     return {
         "shapes": shapes,
         "input_names": manifest.input_names,
         "output_names": manifest.output_names,
         "n_outputs": manifest.n_outputs,
+        "output_heads": manifest.task.output_heads(manifest),
         "vocab_size": vocab_size,
         "intra_op_threads": options.intra_op_threads,
         "inter_op_threads": options.inter_op_threads,
@@ -181,6 +193,32 @@ def resolve_tensors(
                     field=f"{kind}s[{i}]",
                 )
     return inputs, outputs
+
+
+def check_output_heads(
+    found: Sequence[tuple[str, int | None]], expected: Sequence[OutputHeads], where: str
+) -> None:
+    """``ModelLoadError`` unless each output, ``(name, heads)`` in role order (``heads`` None where
+    the model does not say), has the heads ``model.json`` gives its role (``Task.output_heads``);
+    ``where`` names the model. Nothing is checked when ``expected`` is empty."""
+    if not expected:
+        return
+    for i, ((name, heads), want) in enumerate(zip(found, expected, strict=True)):
+        if heads is not None and heads != want.heads:
+            raise ModelLoadError(
+                f"{where}: output {name} has {heads} heads, but model.json makes it the "
+                f"{want.role} output, which has {want.heads} ({want.why}): {want.fix}",
+                field=f"outputs[{i}]",
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line that says something of an exception's message: TensorFlow's start with
+    "Graph execution error:" and go on with the failing node and its stack trace."""
+    text = str(getattr(exc, "message", None) or exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if line != "Graph execution error:"]
+    return lines[0] if lines else type(exc).__name__
 
 
 # -- memory --------------------------------------------------------------------------------------

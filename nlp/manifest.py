@@ -55,8 +55,9 @@ from typing import Any
 
 from nlp.config import DEMO_VOCAB
 from nlp.decoding import LINK_RULES
-from nlp.errors import ManifestError, UnsupportedPrecision
+from nlp.errors import ManifestError, ModelLoadError, UnsupportedPrecision
 from nlp.tasks import TASK_NAMES, PredicateSchema, Task, task_named
+from nlp.vocab import read_vocab
 
 __all__ = ["PredicateSchema", "Task"]  # re-exported: a manifest's labels and task
 
@@ -438,6 +439,8 @@ def _task(raw: str, reading: _Reading) -> Task:
 
 
 def _vocab(raw: dict[str, Any], reading: _Reading) -> tuple[Path, str]:
+    """The vocab's path and sha256; with ``check_files``, the file is there, has that sha256 and is
+    a well-formed vocab (``nlp.vocab.read_vocab``: UTF-8, each token once, the special tokens)."""
     directory = reading.directory
     vocab_rel = _nonempty_str(raw.get("path"), "vocab.path")
     vocab_sha = _nonempty_str(raw.get("sha256"), "vocab.sha256").lower()
@@ -450,11 +453,15 @@ def _vocab(raw: dict[str, Any], reading: _Reading) -> tuple[Path, str]:
             f"file not found: {vocab_rel} (relative to {directory}; a model directory holds "
             f"its vocab, as {VOCAB_NAME} beside {MANIFEST_NAME})",
         )
-    actual = sha256_file(vocab_path)
+    actual = _file_sha256(vocab_path, "vocab.path")
     if actual != vocab_sha:
         raise _fail(
             "vocab.sha256", f"mismatch for {vocab_path}: manifest {vocab_sha}, file {actual}"
         )
+    try:
+        read_vocab(vocab_path)  # UTF-8, each token once, the special tokens there
+    except ModelLoadError as exc:
+        raise _fail("vocab.path", exc.message) from None
     if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
         logger.warning(
             "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
@@ -465,6 +472,15 @@ def _vocab(raw: dict[str, Any], reading: _Reading) -> tuple[Path, str]:
             directory,
         )
     return vocab_path, vocab_sha
+
+
+def _file_sha256(path: Path, field: str) -> str:
+    """``sha256_file(path)``; a file that cannot be read (permissions, I/O) is an error of ``field``
+    naming it."""
+    try:
+        return sha256_file(path)
+    except OSError as exc:
+        raise _fail(field, f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _max_length(raw: int, reading: _Reading) -> int:
@@ -657,7 +673,7 @@ def _engine(raw: dict[str, Any], directory: Path, *, check_files: bool) -> Engin
         for file_field, sha_field, checked, expected in files:
             if not checked.is_file():
                 raise _fail(file_field, f"file not found: {checked}")
-            actual = sha256_file(checked)
+            actual = _file_sha256(checked, file_field)
             if actual != expected:
                 raise _fail(
                     sha_field, f"mismatch for {checked}: manifest {expected}, file {actual}"
@@ -689,6 +705,10 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
         )
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:  # no permission, an I/O error
+        raise ManifestError(
+            f"{path}: cannot read: {exc.strerror or exc}", field=MANIFEST_NAME
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}", field=MANIFEST_NAME) from exc
     manifest = parse_manifest(doc, directory, check_files=check_files)

@@ -27,6 +27,7 @@ from nlp import engine
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
+from nlp.tasks import OutputHeads
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ def import_onnxruntime() -> Any:
     return onnxruntime
 
 
+def _heads(shape: Any) -> int | None:
+    """Axis 1 (heads) of an output's declared shape (ints, or names for dynamic axes); None if
+    not a fixed number."""
+    if not isinstance(shape, (list, tuple)) or len(shape) != 4:
+        return None
+    heads = shape[1]
+    return heads if isinstance(heads, int) and heads > 0 else None
+
+
 class OnnxRuntime(WarmedShapes):
     """A loaded, warmed ONNX Runtime session. ``run`` accepts only the shapes it was warmed on."""
 
@@ -60,12 +70,15 @@ class OnnxRuntime(WarmedShapes):
         input_names: tuple[str, str] | None,
         output_names: Sequence[str] | None,
         n_outputs: int,
+        output_heads: Sequence[OutputHeads] = (),
         vocab_size: int,
         intra_op_threads: int | None = None,
         inter_op_threads: int | None = None,
         precision: str = "fp32",
         seed: int = 0,
     ) -> None:
+        """``output_heads``: what ``model.json`` says each output has (``Task.output_heads``;
+        empty: not checked)."""
         if precision != "fp32":
             raise UnsupportedPrecision(
                 f"precision {precision!r} is a mode of the tf engine; an onnx model directory runs "
@@ -97,9 +110,15 @@ class OnnxRuntime(WarmedShapes):
         self._input_names, self.input_dtypes, self._output_names = self._resolve(
             input_names, output_names, n_outputs
         )
+        declared = {o.name: o.shape for o in self._session.get_outputs()}
+        engine.check_output_heads(
+            [(name, _heads(declared[name])) for name in self._output_names],
+            output_heads,
+            str(self.model_file),
+        )
         self.load_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self._warm(vocab_size, seed)
+        self._warm(vocab_size, seed, str(self.model_file))
         engine.release_free_heap()
         self.warm_seconds = time.perf_counter() - started
         self.op_count = 0  # no graph to grow: the session's plan is fixed at load

@@ -57,6 +57,7 @@ from nlp import engine
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
+from nlp.tasks import OutputHeads
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,18 @@ def import_openvino() -> Any:
     return openvino
 
 
+def _heads(port: Any) -> int | None:
+    """Axis 1 (heads) of an output port of shape ``(batch, heads, length, length)``; None if it is
+    not static (or its shape cannot be read)."""
+    try:
+        shape = port.get_partial_shape()
+        if shape.rank.is_dynamic or shape.rank.get_length() != 4 or shape[1].is_dynamic:
+            return None
+        return int(shape[1].get_length())
+    except (AttributeError, RuntimeError, TypeError):  # an OpenVINO without these accessors
+        return None
+
+
 class OpenVinoRuntime(WarmedShapes):
     """A loaded, warmed OpenVINO compiled model. ``run`` accepts only the shapes it was warmed on."""
 
@@ -92,12 +105,15 @@ class OpenVinoRuntime(WarmedShapes):
         input_names: tuple[str, str] | None,
         output_names: Sequence[str] | None,
         n_outputs: int,
+        output_heads: Sequence[OutputHeads] = (),
         vocab_size: int,
         intra_op_threads: int | None = None,
         inter_op_threads: int | None = None,
         precision: str = "fp32",
         seed: int = 0,
     ) -> None:
+        """``output_heads``: what ``model.json`` says each output has (``Task.output_heads``;
+        empty: not checked)."""
         ov = import_openvino()
         self.model_file = Path(model_file)
         self.shapes: frozenset[tuple[int, int]] = frozenset(shapes)
@@ -118,6 +134,14 @@ class OpenVinoRuntime(WarmedShapes):
         self._input_ports, self.input_dtypes, self._output_ports = self._resolve(
             model, input_names, output_names, n_outputs
         )
+        engine.check_output_heads(
+            [
+                (model.outputs[i].get_any_name(), _heads(model.outputs[i]))
+                for i in self._output_ports
+            ],
+            output_heads,
+            str(self.model_file),
+        )
         config = {
             "INFERENCE_NUM_THREADS": intra_op_threads or 0,  # 0: OpenVINO's own choice
             "NUM_STREAMS": 1,
@@ -137,7 +161,7 @@ class OpenVinoRuntime(WarmedShapes):
         self._lock = threading.Lock()  # an InferRequest is not safe to share between threads
         self.load_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self._warm(vocab_size, seed)
+        self._warm(vocab_size, seed, str(self.model_file))
         engine.release_free_heap()
         self.warm_seconds = time.perf_counter() - started
         self.op_count = 0  # no graph to grow: the compiled model is fixed at load

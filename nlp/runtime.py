@@ -41,7 +41,14 @@ from nlp.config import (
 from nlp.engine import WarmedShapes
 from nlp.errors import ModelLoadError, UnsupportedPrecision
 from nlp.manifest import Manifest
-from nlp.tf_graph import check_extra_rewrites, frozen_graph_def, quiet_tf_logger
+from nlp.tasks import OutputHeads
+from nlp.tf_graph import (
+    check_extra_rewrites,
+    frozen_graph_def,
+    lookup_table,
+    position_table,
+    quiet_tf_logger,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +97,13 @@ def plan_threads(plan: ThreadPlan, length: int, upper: int) -> int:
 FROZEN_PRECISIONS = ("bf16", "int8")
 
 
+def _heads(output: Any) -> int | None:
+    """Axis 1 (heads) of a ``(batch, heads, length, length)`` output tensor; None if not static."""
+    dims = output.shape.as_list() if output.shape.rank == 4 else None
+    heads: int | None = dims[1] if dims else None
+    return heads
+
+
 class SessionRuntime(WarmedShapes):
     """A loaded, warmed, finalized SavedModel. ``run`` accepts only the shapes it was warmed on."""
 
@@ -101,7 +115,9 @@ class SessionRuntime(WarmedShapes):
         input_names: tuple[str, str] | None = None,
         output_names: Sequence[str] | None = None,
         n_outputs: int,
+        output_heads: Sequence[OutputHeads] = (),
         vocab_size: int,
+        vocab_file: str | Path | None = None,
         intra_op_threads: int | None = None,
         inter_op_threads: int | None = None,
         precision: str = DEFAULT_PRECISION,
@@ -111,7 +127,11 @@ class SessionRuntime(WarmedShapes):
         extra_rewrites: Sequence[str] = (),
         thread_plan: ThreadPlan = (),
     ) -> None:
-        """``freeze``: serve a frozen, rewritten graph (default: for ``FROZEN_PRECISIONS``);
+        """``output_heads``: what ``model.json`` says each output has (``Task.output_heads``; empty:
+        not checked); ``vocab_size``: token ids run from 0 to it, checked against the table the
+        token ids index before warm-up (``vocab_file`` is named in that error).
+
+        ``freeze``: serve a frozen, rewritten graph (default: for ``FROZEN_PRECISIONS``);
         ``graph_rewrites=False`` freezes without rewriting; ``extra_rewrites``: the exact rewrites
         not applied by default (``nlp.tf_graph.OPT_IN_REWRITES``). All three are for tests and
         ``bench``.
@@ -159,6 +179,11 @@ class SessionRuntime(WarmedShapes):
                     self._session, ["serve"], str(self.model_dir)
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
+            engine.check_output_heads(
+                [(t.name, _heads(t)) for t in self._outputs], output_heads, str(self.model_dir)
+            )
+            self._check_vocab_size(vocab_size, vocab_file)
+            self._check_max_length()
             if precision in FROZEN_PRECISIONS if freeze is None else freeze:
                 self._reload_frozen(
                     intra_op_threads, inter_op_threads, precision, graph_rewrites, extra_rewrites
@@ -174,7 +199,11 @@ class SessionRuntime(WarmedShapes):
         self.input_dtypes = tuple(t.dtype.as_numpy_dtype for t in self._inputs)
         self.load_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        self._warm(vocab_size, seed)
+        try:
+            self._warm(vocab_size, seed, str(self.model_dir))
+        except ModelLoadError:
+            self.close()
+            raise
         self._graph.finalize()
         engine.release_free_heap()
         self.warm_seconds = time.perf_counter() - started
@@ -233,6 +262,7 @@ class SessionRuntime(WarmedShapes):
         runtime = cls(
             cls.model_path(manifest),
             **arguments,
+            vocab_file=manifest.vocab_path,
             thread_plan=plan,
             extra_rewrites=options.extra_rewrites if frozen else (),
         )
@@ -284,6 +314,37 @@ class SessionRuntime(WarmedShapes):
             where=f"{self.model_dir} ('{SIGNATURE}' signature)",
             lookup=self._tensor,
             rank=lambda t: t.shape.rank,
+        )
+
+    def _check_vocab_size(self, vocab_size: int, vocab_file: str | Path | None) -> None:
+        """Every token id has a row in the table the token ids index, where the graph shows it
+        (``nlp.tf_graph.lookup_table``); a vocab smaller than the table is fine (``spo export``
+        allows it)."""
+        table = lookup_table(self._inputs[0])
+        if table is None or vocab_size <= table[1]:
+            return
+        name, rows = table
+        raise ModelLoadError(
+            f"{vocab_file or 'the vocab'} has {vocab_size} tokens, but the token ids of "
+            f"{self.model_dir} ({self._inputs[0].name}) index a table of {rows} rows ({name}): "
+            "use the vocab the model was trained with (a blank line is a token too), and check "
+            "that model.json's inputs.token_ids names the token ids",
+            field="vocab.path",
+        )
+
+    def _check_max_length(self) -> None:
+        """The longest shape fits the position embeddings, where the graph has them
+        (``nlp.tf_graph.position_table``)."""
+        table = position_table(self._graph)
+        longest = max((length for _, length in self.shapes), default=0)
+        if table is None or longest <= table[1]:
+            return
+        name, rows = table
+        raise ModelLoadError(
+            f"{self.model_dir}: model.json's max_length {longest} is more than the {rows} "
+            f"positions of the model's position embeddings ({name}): set max_length, and the "
+            f"last of length_buckets, to at most {rows}",
+            field="max_length",
         )
 
     def _reload_frozen(

@@ -91,6 +91,18 @@ def _decode_triples(
     return list(made.values()), triples
 
 
+@dataclass(frozen=True)
+class OutputHeads:
+    """What ``model.json`` makes of one output tensor: its ``role``, the number of ``heads`` (axis 1
+    of ``(batch, heads, length, length)``) it must have and ``why``, and the ``fix`` when it has
+    not."""
+
+    role: str
+    heads: int
+    why: str
+    fix: str
+
+
 def _label_name(label: PredicateSchema | str) -> str:
     return label if isinstance(label, str) else label.predicate
 
@@ -134,6 +146,20 @@ class Task(StrEnum):
     def label_names(self, model: Labelled) -> tuple[str, ...]:
         """Head labels by name: predicates (triples) or entity types (entities)."""
         return tuple(_label_name(label) for label in self.labels(model))
+
+    def output_heads(self, model: Labelled) -> tuple[OutputHeads, ...]:
+        """The heads each output must have, in role order: GPLinker's ``entity`` output two (subject
+        and object), every other output one per label of ``model``, in its order."""
+        count = len(self.labels(model))
+        label = self.labels_field.removesuffix("s").replace("_", " ")
+        in_order = f"model.json must list the outputs in role order ({', '.join(self.outputs)})"
+        all_labels = f"model.json must list all the model's {label}s, in its output order"
+        return tuple(
+            OutputHeads(role, 2, "subject and object", in_order)
+            if role == "entity"
+            else OutputHeads(role, count, f"one per {label} in model.json", all_labels)
+            for role in self.outputs
+        )
 
     def labels_document(self, labels: Sequence[PredicateSchema | str]) -> list[Any]:
         """``labels`` as ``model.json`` (and ``GET /v1/model``) write them."""

@@ -4,8 +4,9 @@
 ``Dense`` bias-add moved before its output reshape (``_fold_bias_adds``) and, unless asked not to,
 the exact per-call rewrites of ``nlp._graph_rewrites`` (those that need oneDNN only where this
 process runs it: ``nlp.engine``'s probes). ``freeze_graph_def`` is the freezing alone, for offline
-tools (``spo quantize``). Imported by ``nlp.runtime`` (and the offline tools) only: with it, this is
-where ``nlp`` touches TensorFlow's graphs.
+tools (``spo quantize``). ``lookup_table`` and ``position_table`` read the sizes the runtime checks
+against the vocab and ``max_length`` before warm-up. Imported by ``nlp.runtime`` (and the offline
+tools) only: with it, this is where ``nlp`` touches TensorFlow's graphs.
 """
 
 from __future__ import annotations
@@ -188,3 +189,50 @@ def frozen_graph_def(
         if op.outputs
     }
     return graph_def, _rewrite(graph_def, output_names, dims, extra_rewrites)
+
+
+# -- static facts, read before warm-up ----------------------------------------------------------
+# Ops a lookup's ids pass through unchanged on their way to the table (bert4keras casts them).
+_PASS_THROUGH = frozenset({"Cast", "Identity"})
+_GATHERS = frozenset({"ResourceGather", "GatherV2", "Gather"})
+# bert4keras's BERT position embeddings (absolute, one row per position); other encoders have none.
+POSITION_TABLE = "Embedding-Position/embeddings"
+
+
+def _rows(table: Any) -> int | None:
+    """Axis 0 of a table (a resource variable's: its handle's declared shape); None if unknown."""
+    if table.dtype == tf.resource:
+        if table.op.type != "VarHandleOp":
+            return None
+        shape = tf.TensorShape(table.op.get_attr("shape"))
+    else:
+        shape = table.shape
+    rows: int | None = shape[0] if shape.rank else None
+    return rows
+
+
+def lookup_table(ids: Any) -> tuple[str, int] | None:
+    """``(name, rows)`` of the table that the tensor ``ids`` index: the first gather reached from
+    it through casts; None where the graph does not show it (a TF2 export's is in a function)."""
+    pending, seen = [ids], set()
+    while pending:
+        tensor = pending.pop()
+        for op in tensor.consumers():
+            if op.type in _GATHERS and op.inputs[1].name == tensor.name:
+                rows = _rows(op.inputs[0])
+                return None if rows is None else (op.inputs[0].op.name, rows)
+            if op.type in _PASS_THROUGH and op.name not in seen:
+                seen.add(op.name)
+                pending.extend(op.outputs)
+    return None
+
+
+def position_table(graph: Any) -> tuple[str, int] | None:
+    """``(name, rows)`` of the graph's position embeddings (bert4keras's ``POSITION_TABLE``): the
+    longest input it can embed; None where it has none or its size is not static."""
+    try:
+        op = graph.get_operation_by_name(POSITION_TABLE)
+    except (KeyError, ValueError):
+        return None
+    rows = _rows(op.outputs[0])
+    return None if rows is None else (POSITION_TABLE, rows)

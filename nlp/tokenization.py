@@ -1,12 +1,13 @@
 """Text -> word-piece ids with character offsets into the original text.
 
-The vocabulary, word-piece algorithm and character classes are bert4keras's ``Tokenizer`` (the only
-bert4keras import in ``nlp``). Offsets are computed while pre-tokenizing, one original character at a
-time, rather than afterwards with ``Tokenizer.rematch``: rematch searches each token's text in the
-normalized string, so it maps ``[UNK]`` tokens to nothing (the GPLinker example then crashes on
-``mapping[i][0]``), can match a later token inside an earlier ``[UNK]`` word, and misaligns when
-``str.lower()`` changes a string's length (``"İ".lower()`` is two characters). On ordinary text the
-two agree exactly (``tests/nlp/test_tokenization.py`` checks it); on every other ``str`` ours still gives
+The word-piece algorithm and character classes are bert4keras's ``Tokenizer`` (the only bert4keras
+import in ``nlp``); the vocab file is read by ``nlp.vocab`` (bert4keras's rule, checked). Offsets
+are computed while pre-tokenizing, one original character at a time, rather than afterwards with
+``Tokenizer.rematch``: rematch searches each token's text in the normalized string, so it maps
+``[UNK]`` tokens to nothing (the GPLinker example then crashes on ``mapping[i][0]``), can match a
+later token inside an earlier ``[UNK]`` word, and misaligns when ``str.lower()`` changes a string's
+length (``"İ".lower()`` is two characters). On ordinary text the two agree exactly
+(``tests/nlp/test_tokenization.py`` checks it); on every other ``str`` ours still gives
 ``text[start:end]`` covering exactly the characters the token came from.
 
 >>> tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "中": 4, "国": 5, "ab": 6})
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nlp import quiet_tensorflow
+from nlp.vocab import SPECIAL_TOKENS, read_vocab
 
 # bert4keras is not a declared dependency: it declares keras<=2.3.1, which no TensorFlow 2.21 install
 # satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
@@ -35,7 +37,6 @@ BERT4KERAS_INSTALL = "pip install --no-deps bert4keras==0.11.5"
 with quiet_tensorflow():  # bert4keras imports TensorFlow
     try:
         from bert4keras.tokenizers import Tokenizer as _B4KTokenizer
-        from bert4keras.tokenizers import load_vocab
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing == "bert4keras":
@@ -50,8 +51,6 @@ with quiet_tensorflow():  # bert4keras imports TensorFlow
             "removed it): pip install setuptools (a dependency of spo-service and TensorFlow), whose "
             "distutils takes its place, and leave SETUPTOOLS_USE_DISTUTILS unset (or 'local')"
         ) from exc
-
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 
 @dataclass(frozen=True)
@@ -83,9 +82,9 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path, *, do_lower_case: bool = True) -> Tokenizer:
-        """Load a BERT ``vocab.txt`` (one token a line, id = line number)."""
-        vocab: dict[str, int] = load_vocab(str(path))
-        return cls(vocab, do_lower_case=do_lower_case)
+        """Load a BERT ``vocab.txt`` (one token a line, id = line number): ``nlp.vocab.read_vocab``,
+        whose ``ModelLoadError`` names the file and what is wrong with it."""
+        return cls(read_vocab(path), do_lower_case=do_lower_case)
 
     @property
     def bert4keras(self) -> _B4KTokenizer:

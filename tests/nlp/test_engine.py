@@ -3,12 +3,19 @@ import pytest
 from nlp import engine
 from nlp.engine import resolve_tensors
 from nlp.errors import ModelLoadError
+from nlp.tasks import PredicateSchema, Task
 
 RANKS = {"ids:0": 2, "seg:0": 2, "e:0": 4, "h:0": 4, "t:0": 4, "flat:0": 3}
 SIGNATURE = (
     {"segment": "seg:0", "Input-Token": "ids:0"},
     {"tail": "t:0", "entity": "e:0", "head": "h:0"},
 )
+
+
+class _FivePredicates:
+    predicates = tuple(PredicateSchema(f"p{i}", "人物", "地点") for i in range(5))
+    entity_types = ()
+    link_rule = "both"
 
 
 def _resolve(inputs=None, outputs=None, n_outputs=3, signature=SIGNATURE):
@@ -44,6 +51,43 @@ def test_engine_resolve_tensors_names_the_field_in_every_error(kwargs, field, me
     with pytest.raises(ModelLoadError, match=message) as info:
         _resolve(**kwargs)
     assert info.value.field == field
+
+
+def test_engine_check_output_heads_names_the_output_and_what_model_json_says():
+    expected = Task.TRIPLES.output_heads(_FivePredicates())
+    engine.check_output_heads([("e:0", 2), ("h:0", 5), ("t:0", None)], expected, "m")  # fits
+    engine.check_output_heads([("e:0", 24)], (), "m")  # nothing expected: not checked
+    with pytest.raises(ModelLoadError) as info:
+        engine.check_output_heads([("e:0", 2), ("h:0", 24), ("t:0", 24)], expected, "m")
+    assert info.value.field == "outputs[1]"
+    assert info.value.message == (
+        "m: output h:0 has 24 heads, but model.json makes it the head output, which has 5 (one "
+        "per predicate in model.json): model.json must list all the model's predicates, in its "
+        "output order"
+    )
+    with pytest.raises(ModelLoadError, match="role order") as info:
+        engine.check_output_heads([("h:0", 5), ("e:0", 2), ("t:0", 5)], expected, "m")
+    assert info.value.field == "outputs[0]"
+
+
+def test_engine_warm_up_failure_is_a_model_load_error_naming_the_shape():
+    class Failing(engine.WarmedShapes):
+        shapes = frozenset({(1, 16)})
+
+        def __init__(self) -> None:
+            pass
+
+        def _run(self, token_ids, segment_ids):
+            raise RuntimeError(
+                "Graph execution error:\n\nindices[0,3] = 21410 is not in [0, 21410)\n  [[node]]"
+            )
+
+    with pytest.raises(ModelLoadError) as info:
+        Failing()._warm(21411, 0, "some/model")
+    assert "\n" not in info.value.message
+    assert info.value.message.startswith(
+        "some/model: the warm-up run of shape (1, 16) failed: indices[0,3] = 21410 is not in"
+    )
 
 
 def test_engine_cpu_facts_read_the_flags(monkeypatch):

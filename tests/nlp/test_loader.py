@@ -18,7 +18,9 @@ import pytest
 
 from nlp import engine
 from nlp.config import SHORT_CALL_PLANS, LoadOptions
+from nlp.errors import ModelLoadError
 from nlp.loader import load_extractor
+from tests.conftest import _vocab_tokens
 
 TEXTS = ["张三出生于北京", "《霸王别姬》是陈凯歌执导的电影，张国荣主演。"]
 
@@ -162,3 +164,52 @@ def test_loader_onnx_engine_warns_that_it_ignores_the_tf_session_options(
         f"{onnx_dir} runs on the onnx engine: short_call_threads=on, "
         "extra_rewrites=fuse_sibling_dense apply to the TF session only and do nothing here"
     ]
+
+
+# -- a model.json that does not fit its model: one ModelLoadError before warm-up ---------------
+
+
+def _copy_with(model_dir: Path, target: Path, change) -> Path:
+    """A copy of ``model_dir`` whose model.json ``change`` edits (in place)."""
+    shutil.copytree(model_dir, target)
+    doc = json.loads((target / "model.json").read_text(encoding="utf-8"))
+    change(doc, target)
+    (target / "model.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return target
+
+
+def _blank_line_vocab(doc: dict, target: Path) -> None:
+    """One blank line more at the end of the vocab: one token more than the embedding's rows."""
+    from nlp.manifest import sha256_file
+
+    vocab = target / "vocab.txt"
+    vocab.write_bytes(Path(doc["vocab"]["path"]).read_bytes() + b"\n")
+    doc["vocab"] = {"path": "vocab.txt", "sha256": sha256_file(vocab)}
+
+
+MISFITS = [
+    ("triples", lambda d, _: d.update(predicates=d["predicates"][:2]), "outputs[1]", "which has 2 (one per predicate"),
+    ("triples", lambda d, _: d["predicates"].append({"predicate": "x", "subject_type": "a", "object_type": "b"}), "outputs[1]", "which has 4 (one per predicate"),
+    ("triples", lambda d, _: d.update(outputs=[d["outputs"][1], d["outputs"][0], d["outputs"][2]]), "outputs[0]", "role order (entity, head, tail)"),
+    ("entities", lambda d, _: d.update(entity_types=d["entity_types"][:2]), "outputs[0]", "which has 2 (one per entity type"),
+    ("triples", _blank_line_vocab, "vocab.path", f"vocab.txt has {len(_vocab_tokens()) + 1} tokens, but"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("task", "change", "field", "message"),
+    MISFITS,
+    ids=["fewer-predicates", "more-predicates", "outputs-out-of-order", "fewer-types", "vocab"],
+)
+def test_loader_refuses_a_model_json_that_does_not_fit_the_model(
+    triples_model_dir, entities_model_dir, tmp_path, task, change, field, message
+):
+    """Labels that are not the model's heads (which then failed or mislabelled every text), outputs
+    out of role order, a vocab with more tokens than the embedding (which failed the warm-up in a
+    TensorFlow traceback): one ModelLoadError naming the model, what does not fit and the fix."""
+    source = triples_model_dir if task == "triples" else entities_model_dir
+    broken = _copy_with(source, tmp_path / "broken", change)
+    with pytest.raises(ModelLoadError) as info:
+        load_extractor(LoadOptions(broken, intra_op_threads=1))
+    assert info.value.field == field
+    assert message in info.value.message and str(broken) in info.value.message

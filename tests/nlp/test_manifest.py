@@ -104,6 +104,72 @@ def test_manifest_invalid_json_is_reported(model_copy):
         load_manifest(model_copy)
 
 
+def test_manifest_unreadable_model_json_is_a_manifest_error(model_copy, monkeypatch):
+    real_read_text = Path.read_text
+
+    def denied(self, *args, **kwargs):
+        if self.name == "model.json":
+            raise PermissionError(13, "Permission denied")
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)  # root ignores chmod
+    with pytest.raises(ManifestError, match=r"model\.json: cannot read: Permission denied") as info:
+        load_manifest(model_copy)
+    assert info.value.field == "model.json"
+
+
+def test_manifest_unreadable_vocab_is_a_manifest_error(model_copy, monkeypatch):
+    vocab = load_manifest(model_copy).vocab_path
+    real_open = Path.open
+
+    def denied(self, *args, **kwargs):
+        if self == vocab:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(ManifestError, match=f"cannot read {vocab}: Permission denied") as info:
+        load_manifest(model_copy)
+    assert info.value.field == "vocab.path"
+
+
+def _own_vocab(model_dir, change):
+    """Give ``model_dir`` a ``vocab.txt`` of its own, the fixture's changed by ``change`` (bytes to
+    bytes), and the sha256 that passes the check."""
+    from nlp.manifest import sha256_file
+
+    vocab = model_dir / "vocab.txt"
+    vocab.write_bytes(change(load_manifest(model_dir).vocab_path.read_bytes()))
+    _edit(model_dir, lambda d: d.update(vocab={"path": "vocab.txt", "sha256": sha256_file(vocab)}))
+    return vocab
+
+
+BAD_VOCABS = [
+    (
+        "repeated-token",
+        lambda b: b.replace("国\n".encode(), "国\n国\n".encode(), 1),
+        "token '国' on lines",
+    ),
+    ("two-blank-lines", lambda b: b + b"\n\n", "a blank line on lines"),
+    ("no-cls", lambda b: b.replace(b"[CLS]\n", b"[CLX]\n"), r"lacks \[CLS\]"),
+    ("empty", lambda b: b"", "the vocab is empty"),
+    ("not-utf8", lambda b: b + b"\xff\n", "not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), [b[1:] for b in BAD_VOCABS], ids=[b[0] for b in BAD_VOCABS]
+)
+def test_manifest_refuses_a_bad_vocab_naming_the_file(model_copy, change, message):
+    """A vocab with the right sha256 is still read: a repeated token would shift every id after
+    it (bert4keras), and a vocab without the special tokens or not UTF-8 cannot be used."""
+    vocab = _own_vocab(model_copy, change)
+    with pytest.raises(ManifestError, match=message) as info:
+        load_manifest(model_copy)
+    assert info.value.field == "vocab.path"
+    assert str(vocab) in info.value.message and "\n" not in info.value.message
+
+
 def test_manifest_precision_decides_how_a_directory_may_run(model_copy):
     from nlp.errors import UnsupportedPrecision
 

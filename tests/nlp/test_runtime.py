@@ -74,6 +74,56 @@ def test_runtime_rejects_wrong_output_count(triples_model_dir):
         _runtime(triples_model_dir, n_outputs=1)
 
 
+def test_runtime_refuses_a_vocab_larger_than_the_token_embedding(triples_model_dir):
+    """Checked before warm-up and naming the vocab: TensorFlow's own error, an index out of range
+    in the warm-up's embedding lookup, names neither (one blank line too many does it)."""
+    from tests.conftest import _vocab_tokens
+
+    rows = len(_vocab_tokens())
+    with pytest.raises(ModelLoadError) as info:
+        _runtime(triples_model_dir, vocab_size=rows + 1, vocab_file="the/vocab.txt")
+    assert info.value.field == "vocab.path"
+    assert info.value.message.startswith(
+        f"the/vocab.txt has {rows + 1} tokens, but the token ids of {triples_model_dir} "
+        f"(Input-Token:0) index a table of {rows} rows (Embedding-Token/embeddings): use the vocab"
+    )
+
+
+def test_runtime_refuses_swapped_input_names_before_warm_up(triples_model_dir):
+    token_ids, segment_ids = load_manifest(triples_model_dir).input_names
+    with pytest.raises(ModelLoadError, match=r"a table of 2 rows \(Embedding-Segment/embeddings\)"):
+        _runtime(triples_model_dir, input_names=(segment_ids, token_ids))
+
+
+def test_runtime_refuses_a_max_length_beyond_the_position_embeddings(triples_model_dir):
+    with pytest.raises(ModelLoadError) as info:
+        session_runtime(triples_model_dir, [(1, 16), (1, 520)])
+    assert info.value.field == "max_length"
+    assert "max_length 520 is more than the 512 positions" in info.value.message
+    assert "to at most 512" in info.value.message
+
+
+def test_runtime_refuses_outputs_with_other_heads_than_model_json_gives(triples_model_dir):
+    from nlp.tasks import Task
+
+    m = load_manifest(triples_model_dir)
+    heads = Task.TRIPLES.output_heads(m)
+    _runtime(triples_model_dir, output_heads=heads).close()  # the fixture's 3 predicates fit
+    with pytest.raises(ModelLoadError, match=r"has 3 heads, but model\.json makes it the entity"):
+        _runtime(triples_model_dir, output_names=m.output_names[::-1], output_heads=heads)
+
+
+def test_runtime_warm_up_failure_is_one_model_load_error(tf2_model_dir):
+    """Where the graph hides its sizes (a TF2 export looks up the embeddings inside a function),
+    the warm-up's own failure is a ModelLoadError line naming the model and the shape."""
+    with pytest.raises(ModelLoadError) as info:
+        _runtime(tf2_model_dir, vocab_size=10**6)
+    assert info.value.message.startswith(
+        f"{tf2_model_dir}: the warm-up run of shape (1, 16) failed"
+    )
+    assert "\n" not in info.value.message
+
+
 def test_runtime_bad_savedmodel_is_a_model_load_error(triples_model_dir, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(triples_model_dir, broken)

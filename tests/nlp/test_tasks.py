@@ -125,5 +125,19 @@ def test_tasks_manifest_document_writes_only_the_tasks_labels(task, tmp_path):
     assert manifest.link_rule == "both"
 
 
+def test_tasks_output_heads_follow_the_labels_in_role_order():
+    """The entity output has two heads whatever the labels; head, tail and entities one per label."""
+    triples = Task.TRIPLES.output_heads(_Labels())
+    assert [(o.role, o.heads) for o in triples] == [("entity", 2), ("head", 2), ("tail", 2)]
+    assert "one per predicate" in triples[1].why and "predicates" in triples[1].fix
+    assert "role order (entity, head, tail)" in triples[0].fix
+    (entities,) = Task.ENTITIES.output_heads(_Labels())
+    assert (entities.role, entities.heads, entities.why) == (
+        "entities",
+        2,
+        "one per entity type in model.json",
+    )
+
+
 def test_tasks_doctests():
     assert doctest.testmod(tasks_module).failed == 0

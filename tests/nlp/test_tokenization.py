@@ -75,6 +75,16 @@ def test_tokenization_accepts_a_plain_dict_and_requires_special_tokens():
         Tokenizer({"[PAD]": 0, "[CLS]": 2, "[SEP]": 3})
 
 
+def test_tokenization_from_file_refuses_a_vocab_that_would_shift_ids(tmp_path):
+    """A repeated line moved every later token one id down (bert4keras's ``load_vocab``)."""
+    from nlp.errors import ModelLoadError
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n中\n\n\n国\n", encoding="utf-8")
+    with pytest.raises(ModelLoadError, match=f"{path}: a blank line on lines 6 and 7"):
+        Tokenizer.from_file(path)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=80))
 def test_tokenization_property_any_string_gives_valid_offsets(tokenizer, text):
