@@ -711,6 +711,11 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
         ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}", field=MANIFEST_NAME) from exc
+    except (ValueError, RecursionError):  # an integer over Python's digit limit, absurd nesting
+        raise ManifestError(
+            f"{path}: not acceptable JSON (nested too deeply or a number too long)",
+            field=MANIFEST_NAME,
+        ) from None
     manifest = parse_manifest(doc, directory, check_files=check_files)
     if check_files and manifest.engine == "tf":
         for required in ("saved_model.pb", "variables"):

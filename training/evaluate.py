@@ -240,6 +240,10 @@ def read_records(
             except json.JSONDecodeError as exc:
                 problem = f"not JSON ({exc.msg}, column {exc.colno})"
                 raise DataError(f"{path}, line {number}: {problem}") from None
+            except RecursionError:
+                raise DataError(f"{path}, line {number}: JSON nested too deeply") from None
+            except ValueError:  # an integer over Python's digit limit
+                raise DataError(f"{path}, line {number}: a number too long to read") from None
             try:
                 _check_record(record)
                 if check is not None:

@@ -145,6 +145,10 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
             data = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: neither a JSON list nor JSON lines: {exc}") from exc
+        except (ValueError, RecursionError):
+            raise ValueError(f"{path}: nested too deeply or a number too long") from None
+    except (ValueError, RecursionError):  # an integer over Python's digit limit, absurd nesting
+        raise ValueError(f"{path}: nested too deeply or a number too long") from None
     if not isinstance(data, list) or not data:
         raise ValueError(f"{path}: expected a non-empty list of schema entries")
     if all(isinstance(item, str) for item in data):
@@ -182,6 +186,10 @@ def read_bert_config(path: str | Path, vocab_tokens: int) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read the bert config: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError):  # an integer over Python's digit limit, absurd nesting
+        raise ValueError(
+            f"{path}: not a bert config (nested too deeply or a number too long)"
+        ) from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: a bert config is a JSON object")
     config.setdefault("vocab_size", vocab_tokens)

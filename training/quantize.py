@@ -128,7 +128,7 @@ def _json_object(line: str) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, nested too deeply, an integer too long
         return None
     return doc if isinstance(doc, dict) else None
 

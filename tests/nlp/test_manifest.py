@@ -104,6 +104,15 @@ def test_manifest_invalid_json_is_reported(model_copy):
         load_manifest(model_copy)
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"format_version": ' + "1" * 5000 + "}"])
+def test_manifest_json_python_cannot_read_is_reported(model_copy, text):
+    """Nesting past the parser's recursion limit and an integer over Python's digit limit are not
+    JSONDecodeErrors: they escaped as tracebacks."""
+    (model_copy / "model.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ManifestError, match="nested too deeply or a number too long"):
+        load_manifest(model_copy)
+
+
 def test_manifest_unreadable_model_json_is_a_manifest_error(model_copy, monkeypatch):
     real_read_text = Path.read_text
 

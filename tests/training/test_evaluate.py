@@ -204,7 +204,10 @@ def test_evaluate_report_text_is_aligned_tables_with_chinese_labels() -> None:
         ('{"text": "x", "triples": [], "patterns": ["a", ""]}', "line 2: 'patterns' is not a list"),
         ('{"text": "x", "spo_list": []}', "line 2: neither 'triples' nor 'entities'"),
         ("\udcff", "line 2: not UTF-8 (byte 1)"),
+        ("[" * 100_000, "line 2: JSON nested too deeply"),
+        ('{"text": ' + "1" * 5000 + "}", "line 2: a number too long to read"),
     ],
+    ids=lambda value: value[:20] if isinstance(value, str) else None,
 )
 def test_evaluate_read_records_names_the_bad_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "data.jsonl"

@@ -49,6 +49,13 @@ def test_export_read_schema_entity_types_and_duie2_objects(tmp_path: Path) -> No
         read_schema(tmp_path / "bad.json")
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": 1}\n' + "[" * 100_000, "1" * 5000])
+def test_export_read_schema_names_json_python_cannot_read(tmp_path: Path, text: str) -> None:
+    (tmp_path / "deep.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"deep\.json: nested too deeply or a number too long"):
+        read_schema(tmp_path / "deep.json")
+
+
 @pytest.mark.parametrize("fmt", ["duie-jsonl", "json-list"])
 def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, fmt: str) -> None:
     import tensorflow as tf
@@ -104,6 +111,7 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
     ("config", "message"),
     [
         ("{", "not JSON (Expecting property name"),
+        ("[" * 100_000, "not a bert config (nested too deeply or a number too long)"),
         ("[1]", "a bert config is a JSON object"),
         ({"hidden_size": None}, "'hidden_size' must be a positive integer, got None"),
         ({"num_hidden_layers": 0}, "'num_hidden_layers' must be a positive integer, got 0"),

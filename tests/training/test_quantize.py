@@ -71,6 +71,15 @@ def test_quantize_calibration_refuses_unusable_files(
         read_calibration(path)
 
 
+def test_quantize_calibration_reads_json_python_cannot_parse_as_text(tmp_path: Path) -> None:
+    """A first line nested past the parser's recursion limit is not a JSON object (it was a
+    RecursionError traceback): the file is read as plain text, one text a line."""
+    path = tmp_path / "cal"
+    deep = '{"a":' * 100_000
+    path.write_text(deep + "\n第二句。\n", encoding="utf-8")
+    assert read_calibration(path).texts == (deep, "第二句。")
+
+
 def test_quantize_calibration_file_must_exist(tmp_path: Path) -> None:
     with pytest.raises(QuantizeError, match="calibration file not found"):
         read_calibration(tmp_path / "missing.txt")
