@@ -20,7 +20,8 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "single_row_length_step": 8,               # optional; null = one-row batches use length_buckets
       "engine": {"name": "onnx", "file": "model.onnx", ...}   # optional; absent = the TF SavedModel
       "precision": "fp32",                       # optional; "int8": written by `spo quantize`
-      "quantization": {...}                      # int8 only: tool, version, calibration set, parent
+      "quantization": {...},                     # int8 only: tool, version, calibration set, parent
+      "saved_model": {"sha256": "..."}           # of saved_model.pb; written by every spo command
     }
 
 ``outputs`` lists tensor names in role order: ``[entity, head, tail]`` for triples (GPLinker), and
@@ -40,6 +41,11 @@ int8 was made), ``tools`` (the converter versions) and ``source`` (the SavedMode
 "openvino", ``file`` the model's ``.xml`` and ``weights`` its ``.bin``, each with its sha256
 (``sha256``, ``weights_sha256``), and no ``opset``; an int8 one is also ``precision: "int8"`` at the
 top level, with the same ``quantization`` (NNCF's settings and the calibration set).
+
+``saved_model`` holds the sha256 of ``saved_model.pb``, the graph: ``write_manifest`` records it for
+every SavedModel directory a ``spo`` command writes, and loading refuses a graph that no longer
+matches (one flipped bit in a constant loads and serves garbage; the variables carry TensorFlow's
+own checksums). A directory without it (written before, or by hand) loads unchecked.
 """
 
 from __future__ import annotations
@@ -131,6 +137,7 @@ class Manifest:
     engine_spec: EngineSpec | None = None
     precision: str = "fp32"
     quantization: dict[str, Any] | None = None
+    saved_model_sha256: str | None = None
 
     @property
     def engine(self) -> str:
@@ -236,6 +243,13 @@ def manifest_document(
 
 
 def write_manifest(directory: Path, document: dict[str, Any]) -> Path:
+    """Write ``document`` as ``directory``'s ``model.json``, with ``saved_model.sha256`` of the
+    SavedModel graph the directory holds (replacing one ``document`` carried over from a parent;
+    none for an onnx or openvino directory, whose engine files have their own)."""
+    document = {k: v for k, v in document.items() if k != "saved_model"}
+    graph = directory / "saved_model.pb"
+    if "engine" not in document and graph.is_file():
+        document["saved_model"] = {"sha256": sha256_file(graph)}
     path = directory / MANIFEST_NAME
     path.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return path
@@ -541,6 +555,22 @@ def _precision(raw: str, reading: _Reading) -> str:
     return raw
 
 
+def _saved_model(raw: dict[str, Any], reading: _Reading) -> str:
+    """The graph's recorded sha256; with ``check_files``, ``saved_model.pb`` must still have it
+    (a missing file is named by ``load_manifest``)."""
+    expected = _nonempty_str(raw.get("sha256"), "saved_model.sha256").lower()
+    graph = reading.directory / "saved_model.pb"
+    if reading.check_files and graph.is_file():
+        actual = _file_sha256(graph, "saved_model")
+        if actual != expected:
+            raise _fail(
+                "saved_model.sha256",
+                f"mismatch for {graph}: manifest {expected}, file {actual} (the graph is damaged, "
+                "or was replaced without writing model.json again)",
+            )
+    return expected
+
+
 def _labels_field(
     name: str, parse: Callable[[list[Any]], tuple[Any, ...]], doc: str
 ) -> ManifestField:
@@ -585,6 +615,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`; by `spo export-openvino` for the opt-in openvino engine: the same, `file` the `.xml`, `weights` + `weights_sha256` its `.bin`, no `opset`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
     ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize` (or `spo export-openvino --precision int8`), served as int8 (the precision used when none is asked for; any other is refused)", _precision, default="fp32"),
     ManifestField("quantization", dict, "how an int8 model was made: the tool and version, the scheme, the calibration set (source, texts, sha256) and the parent model", required=True, when=lambda values: values["precision"] == "int8", when_doc="for precision `int8`"),
+    ManifestField("saved_model", dict, '`{"sha256"}` of `saved_model.pb`, written by every `spo` command that writes a SavedModel directory; loading refuses a graph that no longer has it; when absent, not checked', _saved_model, null="absent", attrs=("saved_model_sha256",)),
 )  # fmt: skip
 
 

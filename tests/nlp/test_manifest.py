@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from nlp.errors import ManifestError
-from nlp.manifest import load_manifest
+from nlp.manifest import load_manifest, sha256_file, write_manifest
+from tests import PROJECT_ROOT
 
 
 @pytest.fixture
@@ -308,3 +309,48 @@ def test_manifest_vocab_in_a_subfolder_of_the_directory_is_no_old_layout(model_c
     with caplog.at_level("WARNING", logger="nlp.manifest"):
         assert load_manifest(model_copy).vocab_path == (model_copy / "assets/vocab.txt").resolve()
     assert not [r for r in caplog.records if r.name == "nlp.manifest"]
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_manifest_a_changed_graph_is_refused(model_copy):
+    """One flipped bit in ``saved_model.pb`` (a constant of the graph) loaded and served garbage:
+    the sha256 ``write_manifest`` records is checked at load."""
+    doc = json.loads((model_copy / "model.json").read_text(encoding="utf-8"))
+    write_manifest(model_copy, doc)
+    graph = model_copy / "saved_model.pb"
+    assert load_manifest(model_copy).saved_model_sha256 == sha256_file(graph)
+    _flip_a_byte(graph)
+    with pytest.raises(ManifestError, match=r"'saved_model\.sha256': mismatch") as caught:
+        load_manifest(model_copy)
+    assert caught.value.field == "saved_model.sha256"
+    assert load_manifest(model_copy, check_files=False).saved_model_sha256 is not None
+
+
+def test_manifest_without_the_graphs_sha256_loads_unchecked(model_copy):
+    """A directory written before the field (or by hand) still loads."""
+    _edit(model_copy, lambda doc: doc.pop("saved_model", None))
+    _flip_a_byte(model_copy / "saved_model.pb")
+    assert load_manifest(model_copy).saved_model_sha256 is None
+
+
+def test_manifest_write_records_the_graph_only_where_there_is_one(model_copy, tmp_path):
+    doc = json.loads((model_copy / "model.json").read_text(encoding="utf-8"))
+    doc["saved_model"] = {"sha256": "0" * 64}  # carried over from a parent
+    written = json.loads(write_manifest(model_copy, doc).read_text(encoding="utf-8"))
+    assert written["saved_model"] == {"sha256": sha256_file(model_copy / "saved_model.pb")}
+    elsewhere = tmp_path / "no-graph"
+    elsewhere.mkdir()
+    written = json.loads(write_manifest(elsewhere, doc).read_text(encoding="utf-8"))
+    assert "saved_model" not in written
+
+
+@pytest.mark.parametrize("name", ["demo", "ner"])
+def test_manifest_committed_models_record_their_graph(name):
+    directory = PROJECT_ROOT / "models" / name
+    manifest = load_manifest(directory)
+    assert manifest.saved_model_sha256 == sha256_file(directory / "saved_model.pb")

@@ -128,6 +128,11 @@ def test_runtime_bad_savedmodel_is_a_model_load_error(triples_model_dir, tmp_pat
     broken = tmp_path / "broken"
     shutil.copytree(triples_model_dir, broken)
     (broken / "saved_model.pb").write_bytes(b"not a protobuf")
+    with pytest.raises(ModelLoadError, match=r"saved_model\.sha256"):
+        _runtime(broken)  # model.json's record of the graph tells first
+    manifest = json.loads((broken / "model.json").read_text(encoding="utf-8"))
+    del manifest["saved_model"]  # a model.json written by hand: the runtime tells
+    (broken / "model.json").write_text(json.dumps(manifest), encoding="utf-8")
     with pytest.raises(ModelLoadError, match="cannot load"):
         _runtime(broken)
 
