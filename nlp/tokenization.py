@@ -10,6 +10,11 @@ length (``"İ".lower()`` is two characters). On ordinary text the two agree exac
 (``tests/nlp/test_tokenization.py`` checks it); on every other ``str`` ours still gives
 ``text[start:end]`` covering exactly the characters the token came from.
 
+One class differs from bert4keras's: the line and paragraph separators U+2028 and U+2029 (Unicode
+categories Zl and Zp; ``str.isspace()`` is true of both) separate words like any space. bert4keras
+takes only category Zs for space, so each became an ``[UNK]`` token, which a model could take into
+an entity (``"\u2029浙江绍兴"``).
+
 >>> tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "中": 4, "国": 5, "ab": 6})
 >>> enc = tok.encode("中国 ab 😀")
 >>> enc.token_ids, enc.offsets
@@ -26,6 +31,8 @@ from pathlib import Path
 
 from nlp import quiet_tensorflow
 from nlp.vocab import SPECIAL_TOKENS, read_vocab
+
+_SEPARATORS = ("Zl", "Zp")  # U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR: spaces here
 
 # bert4keras is not a declared dependency: it declares keras<=2.3.1, which no TensorFlow 2.21 install
 # satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
@@ -115,7 +122,7 @@ class Tokenizer:
                 if b4k._is_punctuation(ch) or b4k._is_cjk_character(ch):
                     flush()
                     out.append((ch, [i]))
-                elif b4k._is_space(ch):
+                elif b4k._is_space(ch) or unicodedata.category(ch) in _SEPARATORS:
                     flush()
                 elif ord(ch) == 0 or ord(ch) == 0xFFFD or b4k._is_control(ch):
                     continue

@@ -18,6 +18,7 @@ EDGE_CASES = {
     "only_spaces": "   \n\t ",
     "empty": "",
     "long_word": "a" * 500 + "中",
+    "separators": "鲁迅\u2028原名\u2029周树人 a\u2029b",
 }
 
 
@@ -37,6 +38,16 @@ def test_tokenization_offsets_are_valid_for_edge_cases(tokenizer, name):
         assert start >= previous_start
         assert text[start:end].strip() != ""
         previous_start = start
+
+
+def test_tokenization_line_and_paragraph_separators_are_spaces(tokenizer):
+    """U+2028 and U+2029 were [UNK] tokens (bert4keras's space is category Zs only), which the
+    NER model took into an entity: "\u2029浙江绍兴"."""
+    separated = tokenizer.encode("出生于\u2029浙江 ab\u2028cd")
+    spaced = tokenizer.encode("出生于 浙江 ab cd")
+    assert separated.token_ids == spaced.token_ids
+    assert separated.offsets == spaced.offsets
+    assert tokenizer.unk_id not in separated.token_ids
 
 
 def test_tokenization_unknown_words_map_to_unk_with_their_characters(tokenizer):
