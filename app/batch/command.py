@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from app.batch.output import OutputError
+from app.batch.output import OutputError, checkpoint_path
 from app.batch.records import InputError, is_same_file
 from app.batch.runner import BatchError, BatchOptions, run_batch
 from app.batch.workers import WorkerError
@@ -29,6 +29,21 @@ def _terminated(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def _how_to_go_on(output: str, force: bool) -> str:
+    """What a stopped run leaves, and what to run next: ``--resume`` exactly when there is a
+    checkpoint to continue, which is what ``--resume`` asks for (a run stopped while its model
+    loaded has written nothing: the output is as it was, an old complete one included)."""
+    if output == "-":
+        return "the output so far went to stdout (use -o FILE to be able to --resume)"
+    if not checkpoint_path(Path(output)).exists():
+        return f"nothing was written: {output} is as it was; run the same command again"
+    return "the output so far ends at the last checkpoint: " + (
+        "run the same command with --resume instead of --force to continue"
+        if force
+        else "add --resume to the same command to continue"
+    )
+
+
 @click.command("extract")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -37,7 +52,8 @@ def _terminated(signum: int, frame: object) -> None:
     default="-",
     show_default=True,
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="JSON lines file (one run at a time writes it), or - for stdout.",
+    help="JSON lines file (one run at a time writes it; an existing one needs --force or "
+    "--resume), or - for stdout.",
 )
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any record is an error.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run into the same output.")
@@ -75,8 +91,10 @@ def extract(
 
     \b
     Inputs: .txt, one text per line, id = line number (1-based);
-            .jsonl, one {"id": ..., "text": ...} object per line (id = line number if absent).
-            Gzip (.gz) is read transparently. With several inputs, ids are "INPUT:ID".
+            .jsonl, one {"id": ..., "text": ...} object per line (id = line number if absent;
+            a string, number, boolean or null). Gzip (.gz) is read transparently.
+            A pipe (<(zcat a.gz), a FIFO) is read once, as stdin is.
+            With several inputs, ids are "INPUT:ID".
     Output: one line per input line, in input order:
             {"id", "entities", "triples"} or {"id", "error": {"code", "message"}}.
     A bad record never stops the run. Killed? Run the same command with --resume.
@@ -148,12 +166,7 @@ def extract(
         stopped = isinstance(exc, Terminated)
         click.echo(
             f"spo extract: {'terminated (SIGTERM)' if stopped else 'interrupted'}; "
-            + (
-                "the output so far ends at the last checkpoint: add --resume to the same command "
-                "to continue"
-                if output != "-"
-                else "the output so far went to stdout (use -o FILE to be able to --resume)"
-            ),
+            + _how_to_go_on(output, force),
             err=True,
         )
         raise SystemExit(128 + (signal.SIGTERM if stopped else signal.SIGINT)) from None

@@ -8,16 +8,25 @@ checkpointed byte count, so a partial line or a window written after the last ch
 between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar is removed when the run
 completes; an output with no sidecar is complete (or not ours).
 
-One writer at a time: a run holds an exclusive ``flock`` on the output file from ``open()`` to its end,
-taken before anything is truncated or checkpointed, and a run that finds the output held (a cron job
-that overlaps the last one, the same command in a second shell) is refused, before its model loads
-when the output already exists. Two writers would each write at their own offsets and interleave
-their records (with ``--force`` and other options: a file of both runs' lines). The lock belongs to the
-open file, so a killed run leaves none behind.
+One writer at a time: before its model loads, a run claims the output (``claim``). It opens it
+(creating it empty, with a first checkpoint, when it is new), takes an exclusive ``flock`` on it,
+and only then decides whether it may write it as asked (an existing output needs ``--force``, or
+``--resume`` and a checkpoint), so no other run can finish, start or resume it between the check
+and the write. A run that finds the output held (a cron job that overlaps the last one, the same
+command in a second shell) is refused at once. Two writers would each write at their own offsets
+and interleave their records (with ``--force`` and other options: a file of both runs' lines). The
+lock belongs to the open file, so a killed run leaves none behind. Nothing is truncated until
+``open``, after the model has loaded: a run that stops before (its model fails to load, Ctrl-C)
+leaves the output as it found it, and removes what its claim created.
+
+The checkpoint's name is the output's plus ``.checkpoint.json`` (and ``.tmp`` while it is
+replaced): an output whose name leaves no room for that within the file system's limit is refused
+up front.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,7 +38,9 @@ from typing import Any, BinaryIO
 from nlp.values import Failure, Outcome
 
 CHECKPOINT_SUFFIX = ".checkpoint.json"
+TMP_SUFFIX = ".tmp"  # the checkpoint is written under its name plus this, then renamed over it
 CHECKPOINT_VERSION = 1
+NAME_MAX = 255  # bytes in one file name, where the file system does not say (Linux's and macOS's)
 
 
 class OutputError(Exception):
@@ -75,7 +86,7 @@ class Checkpoint:
     version: int = field(default=CHECKPOINT_VERSION)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(path.name + TMP_SUFFIX)
         with tmp.open("w", encoding="utf-8") as fh:
             json.dump(asdict(self), fh, ensure_ascii=True)
             fh.flush()
@@ -94,6 +105,11 @@ class Checkpoint:
             raise OutputError(
                 f"{path}: unreadable checkpoint ({exc}); use --force to start over"
             ) from exc
+
+
+def checkpoint_path(output: Path) -> Path:
+    """The checkpoint sidecar of the file ``output``: ``<output>.checkpoint.json`` beside it."""
+    return output.with_name(output.name + CHECKPOINT_SUFFIX)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -119,6 +135,9 @@ class Output:
     def __init__(self, name: str, fingerprint: dict[str, Any]) -> None:
         self.name = name
         self.checkpoint = Checkpoint(fingerprint)
+
+    def claim(self) -> None:
+        """Make sure this run may write the output, before the model loads (see the module doc)."""
 
     def open(self) -> None: ...
 
@@ -156,15 +175,17 @@ class FileOutput(Output):
     ) -> None:
         super().__init__(str(path), fingerprint)
         self.path = path
-        self.sidecar = path.with_name(path.name + CHECKPOINT_SUFFIX)
+        self.sidecar = checkpoint_path(path)
+        self.resume, self.force = resume, force
         self.fd: int | None = None
         self.resuming = False
+        self._made: list[Path] = []  # what claim() created, removed if the run stops before open()
         if resume and force:
             raise OutputError("--resume and --force exclude each other")
-        exists, has_sidecar = path.exists(), self.sidecar.exists()
+        _check_name_length(path, self.sidecar)
         if path.is_dir():
             raise OutputError(f"{path} is a directory")
-        if exists and not path.is_file():
+        if path.exists() and not path.is_file():
             # A device or a pipe can be neither fsynced, truncated for --resume, nor given a sidecar.
             raise OutputError(
                 f"{path} is not a regular file: -o takes a file; -o - writes to stdout (redirect "
@@ -173,31 +194,59 @@ class FileOutput(Output):
         base = next(parent for parent in path.parents if parent.exists())  # at worst . or /
         if not base.is_dir():
             raise OutputError(f"cannot write {path}: {base} is a file, not a directory")
-        if exists and _held(path):
-            raise _busy(path)
-        if resume and has_sidecar:
-            self._check_resumable(Checkpoint.load(self.sidecar))
-        elif resume and exists:
+
+    def claim(self) -> None:
+        """Lock the output (created empty, with a first checkpoint, if it is new), then check under
+        the lock that this run may write it as asked; refused, it is left as it was found."""
+        if self.fd is not None:
+            return
+        try:
+            self._claim()
+        except OSError as exc:  # a read-only mount, no permission, a file where a directory goes
+            self.abort()
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.abort()
+            raise
+
+    def _claim(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd, created = _lock(self.path)
+        if created:
+            self._made.append(self.path)
+        has_sidecar = self.sidecar.exists()
+        self._check_allowed(existed=not created, has_sidecar=has_sidecar)
+        if created and not has_sidecar:
+            # A run killed while its model loads leaves an output that --resume continues (and
+            # that says so), not an empty file that looks complete.
+            self._made.append(self.sidecar)
+            self.checkpoint.save(self.sidecar)
+
+    def _check_allowed(self, *, existed: bool, has_sidecar: bool) -> None:
+        """An output that exists needs ``--force`` (or ``--resume``, when it has a checkpoint)."""
+        if self.resume and has_sidecar:
+            self._check_resumable(Checkpoint.load(self.sidecar), existed=existed)
+        elif self.resume and existed:
             raise OutputError(
-                f"{path} exists and has no checkpoint ({self.sidecar.name}): it is complete or was "
-                "not written by spo extract; nothing to resume (use --force to overwrite it)"
+                f"{self.path} exists and has no checkpoint ({self.sidecar.name}): it is complete "
+                "or was not written by spo extract; nothing to resume (use --force to overwrite it)"
             )
-        elif (exists or has_sidecar) and not force:
+        elif (existed or has_sidecar) and not self.force:
             hint = (
                 "an interrupted run: add --resume to continue it, or --force to start over"
                 if has_sidecar
                 else "add --force to overwrite it"
             )
-            raise OutputError(f"{path} already exists ({hint})")
+            raise OutputError(f"{self.path} already exists ({hint})")
 
-    def _check_resumable(self, saved: Checkpoint) -> None:
+    def _check_resumable(self, saved: Checkpoint, *, existed: bool) -> None:
         changes = diff_fingerprints(saved.fingerprint, self.checkpoint.fingerprint)
         if changes:
             raise OutputError(
                 f"cannot resume {self.path}: the inputs, options or model differ from the interrupted "
                 "run:\n  " + "\n  ".join(changes) + "\n(use --force to start over)"
             )
-        if not self.path.exists():
+        if not existed:
             if saved.bytes:
                 raise OutputError(f"cannot resume: {self.path} is missing (use --force)")
         elif self.path.stat().st_size < saved.bytes:
@@ -220,22 +269,16 @@ class FileOutput(Output):
         self.resuming = True
 
     def open(self) -> None:
-        """Create (or truncate to the checkpoint) the output; write the first checkpoint."""
+        """Truncate the claimed output (to its checkpoint when resuming); checkpoint it."""
+        self.claim()
         try:
             self._open()
-        except OSError as exc:  # a read-only mount, no permission, a file where a directory goes
+        except OSError as exc:  # a read-only mount, no permission, a full disk
             raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Locked before anything changes: the sidecar and the file may be another run's until then.
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _busy(self.path) from None
-        self.fd = fd
+        fd = self.fd
+        assert fd is not None, "claim() first"
         if self.resuming:
             os.ftruncate(fd, self.checkpoint.bytes)
             os.fsync(fd)
@@ -245,6 +288,7 @@ class FileOutput(Output):
             os.ftruncate(fd, 0)
             os.fsync(fd)
             _fsync_dir(self.path.parent)
+        self._made.clear()  # written now: kept for --resume whatever happens next
 
     def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
         try:
@@ -275,25 +319,73 @@ class FileOutput(Output):
         self.abort()
 
     def abort(self) -> None:
-        """Close, keeping the checkpoint: ``--resume`` continues from the last whole window."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        """Close (and so unlock), keeping the checkpoint: ``--resume`` continues from the last whole
+        window. Before ``open``, what ``claim`` created is removed first, under the lock."""
+        if self.fd is None:
+            return
+        for made in reversed(self._made):
+            with contextlib.suppress(OSError):
+                made.unlink(missing_ok=True)
+        self._made.clear()
+        os.close(self.fd)
+        self.fd = None
 
 
-def _held(path: Path) -> bool:
-    """Whether another run holds ``path`` (its ``flock``); asked without waiting, and let go at once."""
+def _lock(path: Path) -> tuple[int, bool]:
+    """``(fd, created)``: ``path`` opened for writing (created empty if missing, never truncated)
+    under an exclusive ``flock``, taken without waiting: a run that holds it is ``_busy``."""
+    while True:
+        try:
+            fd, created = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            try:
+                fd, created = os.open(path, os.O_WRONLY), False
+            except FileNotFoundError:
+                continue  # removed in between (a run that gave up before writing): create it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _busy(path) from None
+        if _is_at(fd, path):
+            return fd, created
+        os.close(fd)  # locked a file that its run removed meanwhile: lock the one there now
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the one named ``path``."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False  # unreadable: open() says why it cannot be written, if it cannot
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _check_name_length(path: Path, sidecar: Path) -> None:
+    """Refuse an output whose checkpoint would have a name longer than the file system allows
+    (``<output>.checkpoint.json.tmp``: an ``OSError`` after the model has loaded, otherwise)."""
+    longest = len(os.fsencode(sidecar.name + TMP_SUFFIX))
+    limit = _name_max(path)
+    if longest > limit:
+        raise OutputError(
+            f"{path}: the output's name is too long: its checkpoint sidecar's name "
+            f"({CHECKPOINT_SUFFIX}{TMP_SUFFIX} added) would be {longest} bytes, over the file "
+            f"system's limit of {limit}; use a name of at most "
+            f"{limit - len(CHECKPOINT_SUFFIX + TMP_SUFFIX)} bytes"
+        )
+
+
+def _name_max(path: Path) -> int:
+    """The longest file name, in bytes, that the file system of ``path`` takes."""
+    for parent in path.parents:
+        try:
+            return os.pathconf(parent, "PC_NAME_MAX")
+        except FileNotFoundError:
+            continue  # a directory the run will make: ask the first that exists
+        except (OSError, ValueError):
+            break
+    return NAME_MAX
 
 
 def _busy(path: Path) -> OutputError:

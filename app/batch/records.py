@@ -1,9 +1,13 @@
 """Input records: ``.txt`` lines and ``.jsonl`` objects, gzip or not, read as a stream of bytes lines.
 
 Every input line is one record, so the output has exactly one line per input line. A ``.txt`` record's
-id is its line number (1-based); a ``.jsonl`` record's id is its id field, or its line number when the
+id is its line number (1-based); a ``.jsonl`` record's id is its id field (a string, a number, a boolean
+or null: an array or an object makes the record an ``invalid_input`` error), or its line number when the
 field is absent or the line cannot be parsed. With several inputs the id is ``"<input>:<id>"``.
 Parsing is separate from reading so that ``--resume`` and ``--shard`` skip lines without parsing them.
+
+A stream (stdin, or a pipe or FIFO named as a path: ``<(zcat a.gz)``) is read once, front to back: it
+is never measured, sampled for the resume fingerprint, counted for the progress bar, or sought.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +56,18 @@ class Source:
     def is_stdin(self) -> bool:
         return self.name == "-"
 
+    @property
+    def is_stream(self) -> bool:
+        """Whether it can be read only once, as stdin: ``-``, or a pipe, a FIFO or a character device
+        named as a path (``<(zcat a.gz)``, ``mkfifo``), which has no size and cannot be reopened."""
+        if self.is_stdin:
+            return True
+        try:
+            mode = os.stat(self.name).st_mode
+        except OSError:
+            return False  # opened as a file, which says why it cannot be
+        return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
 
 def source_for(name: str, fmt: str = "auto") -> Source:
     """The input ``name`` with its format: given, or from the suffix (``.gz`` looked through)."""
@@ -80,26 +98,46 @@ class Record:
 
 def open_binary(source: Source, stdin: BinaryIO | None = None) -> BinaryIO:
     """A binary stream of ``source``'s bytes, gunzipped when they start with the gzip magic."""
-    raw: BinaryIO
     if source.is_stdin:
-        stream: Any = stdin if stdin is not None else sys.stdin.buffer
-        if not hasattr(stream, "peek"):
-            stream = io.BufferedReader(stream)
-        head = stream.peek(2)[:2]
-        raw = stream
-    else:
-        try:
-            raw = open(source.name, "rb")  # noqa: SIM115 - the caller closes it
-        except OSError as exc:
-            raise InputError(f"{source.name}: {exc.strerror or exc}") from exc
-        head = raw.read(2)
-        raw.seek(0)
-        if head == GZIP_MAGIC:
-            raw.close()
-            return gzip.open(source.name, "rb")  # type: ignore[return-value]
+        return _unzipped(stdin if stdin is not None else sys.stdin.buffer)
+    try:
+        raw = open(source.name, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise InputError(f"{source.name}: {exc.strerror or exc}") from exc
+    if source.is_stream:
+        return _unzipped(raw, owned=True)
+    head = raw.read(2)
+    raw.seek(0)
     if head == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        raw.close()
+        return gzip.open(source.name, "rb")  # type: ignore[return-value]
     return raw
+
+
+def _unzipped(stream: Any, *, owned: bool = False) -> BinaryIO:
+    """A stream read once, front to back, gunzipped when its first bytes are the gzip magic (peeked
+    at, never sought); ``owned``: closing the result closes ``stream`` too."""
+    if not hasattr(stream, "peek"):
+        stream = io.BufferedReader(stream)
+    if stream.peek(2)[:2] != GZIP_MAGIC:
+        return stream  # type: ignore[no-any-return]
+    if owned:
+        return _ClosingGzipFile(stream)  # type: ignore[return-value]
+    return gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[return-value]
+
+
+class _ClosingGzipFile(gzip.GzipFile):
+    """A ``GzipFile`` that closes the stream under it too (``GzipFile`` leaves a ``fileobj`` open)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def iter_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
@@ -136,9 +174,10 @@ def count_lines(source: Source) -> int:
 
 
 def fingerprint(source: Source) -> dict[str, Any]:
-    """What ``--resume`` compares: size and a hash of the first and last MiB (stdin: name only)."""
-    if source.is_stdin:
-        return {"name": "-"}
+    """What ``--resume`` compares: size and a hash of the first and last MiB (a stream, stdin or a
+    pipe: its name only, as it can be read only once)."""
+    if source.is_stream:
+        return {"name": source.name}
     path = Path(source.name)
     size = path.stat().st_size
     digest = hashlib.sha256()
@@ -163,6 +202,18 @@ def line_limit(fmt: str, max_text_chars: int) -> int:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(number: str) -> float:
+    """A JSON number as a float; one out of a float's range (``1e400``) is refused, as ``NaN`` is,
+    rather than read as ``inf`` and written back as ``Infinity``, which is not JSON."""
+    value = float(number)
+    if math.isinf(value):
+        raise ValueError(f"the number {number} is out of range")
+    return value
+
+
+ID_TYPES = (str, int, float, bool, type(None))  # an id is a JSON scalar: written back as it came
 
 
 def parse_line(
@@ -200,7 +251,7 @@ def _parse(
     if source.format == "txt":
         return Record(line_no, line)
     try:
-        doc = json.loads(line, parse_constant=_reject_constant)
+        doc = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         detail = (
             exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deeply nested"
@@ -213,6 +264,16 @@ def _parse(
             InvalidJson(f"line {line_no} is JSON {type(doc).__name__}, not an object"),
         )
     record_id = doc.get(id_field, line_no)
+    if not isinstance(record_id, ID_TYPES):  # an array or an object, nested without bound
+        return Record(
+            line_no,
+            None,
+            InvalidInput(
+                f"line {line_no}: {id_field} must be a string, a number, a boolean or null, got "
+                f"{json_type(record_id)}",
+                field=id_field,
+            ),
+        )
     text = doc.get(text_field)
     if text_field not in doc:
         return Record(

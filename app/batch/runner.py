@@ -222,13 +222,31 @@ def run_batch(
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     run_print = _run_fingerprint(options, sources, prints)
-    output: Output
+    output = _output(options, run_print, stdout)
+    output.claim()  # before the model loads: a refused run is refused at once, and stays refused
+    try:
+        return _extract(options, sources, output, factory, stdin, progress)
+    except BaseException:
+        output.abort()  # the output as it was found, or whole up to its last checkpoint
+        raise
+
+
+def _output(options: BatchOptions, run_print: dict[str, Any], stdout: BinaryIO | None) -> Output:
+    """Where the run writes: stdout (``-o -``) or a file with a checkpoint (checked, not claimed)."""
     if options.output == "-":
-        output = StreamOutput(stdout, run_print)
-    else:
-        output = FileOutput(
-            Path(options.output), run_print, resume=options.resume, force=options.force
-        )
+        return StreamOutput(stdout, run_print)
+    return FileOutput(Path(options.output), run_print, resume=options.resume, force=options.force)
+
+
+def _extract(
+    options: BatchOptions,
+    sources: list[Source],
+    output: Output,
+    factory: ExtractorFactory,
+    stdin: BinaryIO | None,
+    progress: bool,
+) -> BatchSummary:
+    """Load the model, then extract into the claimed ``output`` (``run_batch`` releases it)."""
     summary = BatchSummary(output=output.name)
     summary.skipped = output.checkpoint.done
     summary.earlier_errors = output.checkpoint.errors
@@ -283,11 +301,7 @@ def run_batch(
             )
         )
         started = time.perf_counter()
-        try:
-            _run(options, sources, stdin, executor, output, summary, bar)
-        except BaseException:
-            output.abort()
-            raise
+        _run(options, sources, stdin, executor, output, summary, bar)
         summary.seconds = time.perf_counter() - started
         output.finish()
         if isinstance(executor, ProcessExecutor):
@@ -364,14 +378,29 @@ def _selected_lines(
                     stream.close()
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(
-                f"{source.name}: cannot read past line {line_no}: {exc}"
-                " (the output so far is complete and resumable)"
+                f"{source.name}: cannot read past line {line_no}: {exc} ({_after_read_error(exc)})"
             ) from exc
 
 
+def _after_read_error(exc: BaseException) -> str:
+    """What the output holds when an input stops being readable, and what to do.
+
+    A gzip stream that fails its CRC or does not inflate (``BadGzipFile``, ``zlib.error``) is corrupt,
+    and the lines read before the error may be garbage: gzip checks a member's CRC only at its end.
+    A cut stream (``EOFError``) or a read error gave good lines up to where it stopped.
+    """
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        return (
+            "the input is corrupt: the records written before this point may have been read from "
+            "its damaged data; replace it and run again with --force"
+        )
+    return "the output so far is complete and resumable"
+
+
 def _total(sources: list[Source], options: BatchOptions) -> int | None:
-    """Selected records in all inputs, for the progress bar's ETA (``None`` when stdin is one)."""
-    if any(s.is_stdin for s in sources):
+    """Selected records in all inputs, for the progress bar's ETA (``None`` when one is a stream:
+    stdin or a pipe, which can be read only once)."""
+    if any(s.is_stream for s in sources):
         return None
     try:
         total = sum(count_lines(s) for s in sources)

@@ -3,6 +3,7 @@ shards, output refusals, stdin/stdout. The real model runs in ``test_batch_model
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import json
@@ -17,6 +18,7 @@ from click.testing import CliRunner
 
 from app.batch import BatchOptions, BatchSummary, run_batch
 from app.batch.output import OutputError
+from app.batch.records import InputError
 from app.cli import main
 from tests.app.test_batch_fakes import BOOM, HANG, SLOW, FakeFactory
 
@@ -331,6 +333,7 @@ def test_batch_cli_interrupted_says_how_to_resume(
     import app.batch.command as command
 
     def interrupted(*args: Any, **kwargs: Any) -> BatchSummary:
+        (tmp_path / "o.checkpoint.json").write_text("{}")  # stopped after its first checkpoint
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "run_batch", interrupted)
@@ -339,6 +342,10 @@ def test_batch_cli_interrupted_says_how_to_resume(
         main, ["extract", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]
     )
     assert to_file.exit_code == 130 and "add --resume to the same command" in to_file.stderr
+    forced = CliRunner().invoke(
+        main, ["extract", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o"), "--force"]
+    )
+    assert forced.exit_code == 130 and "with --resume instead of --force" in forced.stderr
     to_stdout = CliRunner().invoke(main, ["extract", str(tmp_path / "a.txt")])
     assert to_stdout.exit_code == 130 and "use -o FILE to be able to --resume" in to_stdout.stderr
 
@@ -499,3 +506,158 @@ def test_batch_warns_when_the_workers_do_not_fit_the_memory_limit(
     with caplog.at_level("WARNING", logger="app.batch.runner"):
         run(tmp_path, [path], workers=2)
     assert any("test limit" in r.getMessage() and "OOM" in r.getMessage() for r in caplog.records)
+
+
+# -- audit of spo extract: inputs, ids and outputs that stopped or spoiled a run ------------------------
+def _no_model(*_: Any, **__: Any) -> Any:
+    raise AssertionError("the model was loaded for a run that is refused")
+
+
+def test_batch_pipe_input_is_streamed_as_stdin_is(tmp_path: Path) -> None:
+    """``spo extract <(printf 'x\\ny\\n')``: the resume fingerprint read the pipe empty, then the run
+    failed after its model loaded ("not seekable"), leaving an empty output and a checkpoint."""
+    read, write = os.pipe()
+    os.write(write, "张三\n北京\n".encode())
+    os.close(write)
+    try:
+        out = run(tmp_path, [Path(f"/dev/fd/{read}")], input_format="txt")
+    finally:
+        os.close(read)
+    records = lines(out)
+    assert [r["id"] for r in records] == [1, 2]
+    assert [e["text"] for r in records for e in r["entities"]] == ["张三", "北京"]
+    assert not (tmp_path / "out.jsonl.checkpoint.json").exists()
+
+
+def test_batch_fifo_input_loses_no_data(tmp_path: Path) -> None:
+    """A named FIFO (gzip here) is opened once: its first writer's data was read by the fingerprint
+    and lost, and the run then waited for a second writer."""
+    import threading
+
+    fifo = tmp_path / "in.jsonl.gz"
+    os.mkfifo(fifo)
+    data = gzip.compress(
+        b"".join(b'{"id": "r%d", "text": "\xe5\x8c\x97\xe4\xba\xac"}\n' % i for i in range(5))
+    )
+    finished = threading.Event()
+
+    def feed() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+        # A reader that opens the FIFO a second time would wait for ever: after a while, give it
+        # an end of file so that the test fails instead of hanging.
+        while not finished.wait(3):
+            with contextlib.suppress(OSError):  # ENXIO: no reader right now
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        out = run(tmp_path, [fifo])
+    finally:
+        finished.set()
+        feeder.join(10)
+    assert [r["id"] for r in lines(out)] == [f"r{i}" for i in range(5)]
+
+
+def test_batch_deeply_nested_id_is_an_error_record_not_a_crash(tmp_path: Path) -> None:
+    """An id 500 lists deep crashed Checkpoint.save (RecursionError) and every --resume after it."""
+    path = tmp_path / "deep.jsonl"
+    deep = "[" * 500 + "]" * 500
+    path.write_text(f'{{"id": "a", "text": "北京"}}\n{{"id": {deep}, "text": "x"}}\n')
+    summary = run_batch(batch_options(tmp_path, [path], window=2), factory=FAKE)
+    records = lines(tmp_path / "out.jsonl")
+    assert [r["id"] for r in records] == ["a", 2]
+    assert records[1]["error"]["code"] == "invalid_input" and summary.errors == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "out.jsonl"]
+
+
+def test_batch_overflowing_number_is_never_written_as_infinity(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        '{"id": 1e400, "text": "x"}\n{"id": -1e400, "text": "x"}\n{"id": "ok", "text": "x"}\n'
+    )
+    out = run(tmp_path, [path])
+    assert b"Infinity" not in out.read_bytes()
+    records = lines(out)  # json.loads reads Infinity: the bytes above are what says it is not there
+    assert [(r["id"], r.get("error", {}).get("code")) for r in records] == [
+        (1, "invalid_json"),
+        (2, "invalid_json"),
+        ("ok", None),
+    ]
+
+
+def test_batch_output_name_too_long_for_its_checkpoint_is_refused_up_front(tmp_path: Path) -> None:
+    """An output name of 251 bytes is valid, its checkpoint's is not: an OSError traceback (Errno 36)."""
+    path = tmp_path / "in.txt"
+    path.write_text("北京\n", encoding="utf-8")
+    name = "o" * 245 + ".jsonl"
+    with pytest.raises(
+        OutputError, match=r"too long: its checkpoint sidecar's name .* 271 bytes"
+    ) as err:
+        run(tmp_path, [path], name=name, factory=_no_model)
+    assert "\n" not in str(err.value) and "at most 235 bytes" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    longest = "o" * 229 + ".jsonl"  # 235 bytes: its checkpoint's temporary name is 255
+    assert [r["id"] for r in lines(run(tmp_path, [path], name=longest))] == [1]
+
+
+def test_batch_corrupt_gzip_input_says_the_output_may_hold_its_garbage(tmp_path: Path) -> None:
+    """A flipped bit inflates to garbage that gzip finds only at the stream's end (its CRC): the
+    records written before cannot be called complete."""
+    text = "".join(f"张三在北京{i}\n" for i in range(3000)).encode()
+    path = tmp_path / "in.txt.gz"
+    path.write_bytes(_gzip_with_a_bad_crc(text))
+    with pytest.raises(InputError, match="CRC") as err:
+        run(tmp_path, [path], window=64)
+    message = str(err.value)
+    assert "the input is corrupt" in message and "--force" in message
+    assert "complete" not in message
+    assert len(lines(tmp_path / "out.jsonl")) >= 64  # records were written (and checkpointed)
+
+
+def _gzip_with_a_bad_crc(data: bytes) -> bytes:
+    """``data`` gzipped, with the first bit flip past its middle that inflates without an error
+    and fails only the CRC check at the end."""
+    import zlib
+
+    packed = bytearray(gzip.compress(data, mtime=0))
+    for at in range(len(packed) // 2, len(packed) - 8):
+        for bit in range(8):
+            packed[at] ^= 1 << bit
+            try:
+                gzip.decompress(bytes(packed))
+            except gzip.BadGzipFile as exc:
+                if "CRC" in str(exc):
+                    return bytes(packed)
+            except (zlib.error, EOFError):
+                pass
+            packed[at] ^= 1 << bit
+    raise AssertionError("no bit flip fails only the CRC")
+
+
+def test_batch_cli_stopped_while_its_model_loads_says_the_output_is_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An interrupted --force run said "add --resume"; --resume then refused, calling the old output
+    complete. Nothing was written: the output is as it was, and the message says so."""
+    import app.batch.command as command
+
+    def interrupted_load(options: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(
+        command, "run_batch", functools.partial(run_batch, factory=interrupted_load)
+    )
+    (tmp_path / "a.txt").write_text("x\n")
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"id":1,"entities":[],"triples":[]}\n')
+    args = ["extract", str(tmp_path / "a.txt"), "--workers", "0", "-o"]
+    forced = CliRunner().invoke(main, [*args, str(out), "--force"])
+    assert forced.exit_code == 130
+    assert f"nothing was written: {out} is as it was" in forced.stderr
+    assert "--resume" not in forced.stderr
+    assert out.read_text() == '{"id":1,"entities":[],"triples":[]}\n'
+    fresh = CliRunner().invoke(main, [*args, str(tmp_path / "new.jsonl")])
+    assert fresh.exit_code == 130 and "nothing was written" in fresh.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "o.jsonl"]

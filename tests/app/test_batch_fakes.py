@@ -26,10 +26,12 @@ HANG = "🧊"  # with ``hang``: the call never returns
 @dataclass(frozen=True)
 class FakeFactory:
     """Makes ``FakeExtractor``s. ``kill_on_call``: SIGKILL this process on that ``extract_batch``
-    call; ``die_once``: a path; the first process to see a text with BOOM creates it and dies."""
+    call (``kill_on_load``: while it loads the model); ``die_once``: a path; the first process to see a
+    text with BOOM creates it and dies."""
 
     delay: float = 0.0
     kill_on_call: int = 0
+    kill_on_load: bool = False
     die_once: str | None = None
     die_always: bool = False
     raise_on: str | None = None
@@ -37,6 +39,8 @@ class FakeFactory:
     hang: bool = False
 
     def __call__(self, options: LoadOptions) -> FakeExtractor:
+        if self.kill_on_load:
+            os.kill(os.getpid(), signal.SIGKILL)
         return FakeExtractor(options, self)
 
 

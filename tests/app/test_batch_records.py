@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from app.batch.records import (
     Source,
     count_lines,
+    fingerprint,
     iter_lines,
     line_limit,
     open_binary,
@@ -83,6 +85,16 @@ def test_records_txt_invalid_utf8_is_error_record() -> None:
         (b'{"id": "a", "text": ["x"]}', "invalid_input", "a"),
         (b'{"id": "a", "text": 12}', "invalid_input", "a"),
         (b'\xff{"text": "x"}', "invalid_json", 5),
+        (b'{"id": true, "text": "x"}', None, True),
+        (b'{"id": 1.5e300, "text": "x"}', None, 1.5e300),
+        # An id is a JSON scalar: a nested one crashed the checkpoint (RecursionError) at 500 levels.
+        (b'{"id": ' + b"[" * 500 + b"]" * 500 + b', "text": "x"}', "invalid_input", 5),
+        (b'{"id": [1, 2], "text": "x"}', "invalid_input", 5),
+        (b'{"id": {"a": 1}, "text": "x"}', "invalid_input", 5),
+        # A number out of a float's range was read as inf and written as Infinity (not JSON).
+        (b'{"id": 1e400, "text": "x"}', "invalid_json", 5),
+        (b'{"id": -1e400, "text": "x"}', "invalid_json", 5),
+        (b'{"id": "a", "text": "x", "score": 1E+999}', "invalid_json", 5),
     ],
 )
 def test_records_jsonl_parsing(raw: bytes, code: str | None, record_id: object) -> None:
@@ -130,3 +142,30 @@ def test_records_gzip_is_read_transparently(tmp_path: Path) -> None:
 def test_records_gzip_stdin_is_detected_by_magic() -> None:
     stream = open_binary(Source("-", "txt"), io.BytesIO(gzip.compress(b"a\nb\n")))
     assert list(iter_lines(stream, 100)) == [b"a\n", b"b\n"]
+
+
+def test_records_jsonl_error_messages_name_the_id_and_the_number() -> None:
+    nested = parse_line(JSONL, 2, b'{"id": [[]], "text": "x"}', id_field="id")
+    assert nested.error is not None and nested.error.message == (
+        "line 2: id must be a string, a number, a boolean or null, got array"
+    )
+    huge = parse_line(JSONL, 3, b'{"id": -1e400, "text": "x"}')
+    assert huge.error is not None and "the number -1e400 is out of range" in huge.error.message
+
+
+def test_records_a_pipe_is_a_stream_and_is_never_sought(tmp_path: Path) -> None:
+    """A pipe named as a path (``<(zcat a.gz)``) is read once, as stdin: its fingerprint reads
+    nothing (it consumed the pipe), and gzip is peeked at, not sought."""
+    read, write = os.pipe()
+    os.write(write, gzip.compress(b"a\nb\n"))
+    os.close(write)
+    try:
+        source = Source(f"/dev/fd/{read}", "txt")
+        assert source.is_stream and fingerprint(source) == {"name": source.name}
+        with open_binary(source) as stream:
+            assert list(iter_lines(stream, 100)) == [b"a\n", b"b\n"]
+    finally:
+        os.close(read)
+    regular = tmp_path / "a.txt"
+    regular.write_text("x\n")
+    assert not source_for(str(regular)).is_stream and source_for("-").is_stream

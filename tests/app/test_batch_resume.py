@@ -17,7 +17,7 @@ import pytest
 from app.batch import BatchOptions, run_batch
 from app.batch.output import FileOutput, OutputError
 from tests.app.test_batch import mixed_texts
-from tests.app.test_batch_fakes import FakeFactory
+from tests.app.test_batch_fakes import FakeExtractor, FakeFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "from tests.app.test_batch_fakes import crash_run; crash_run()"
@@ -81,6 +81,7 @@ def wait_for_checkpoint(out: Path, done: int) -> Path:
 @pytest.mark.parametrize(
     ("factory", "point"),
     [
+        ({"kill_on_load": True}, None),  # while the model loads: a checkpoint of nothing
         ({"kill_on_call": 1}, None),  # before the first window is written
         ({"kill_on_call": 9}, None),  # in the middle of a window
         ({"kill_on_call": 50}, None),  # later
@@ -160,6 +161,61 @@ def test_batch_refuses_an_output_another_run_is_writing(job: dict[str, Any]) -> 
     assert proc.returncode == 0, err.decode()
     assert job["out"].read_bytes() == job["ref"]
     assert not sidecar.exists()
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "interrupted"),
+    [
+        ({}, {}, False),  # the cron job again: it finished first, the second replaced its output
+        ({}, {"force": True}, False),
+        ({"force": True}, {}, False),  # refused only as "already exists", after a reload
+        ({"resume": True}, {"resume": True}, True),  # two resumes 0.5 s apart: both accepted
+        ({"resume": True}, {"force": True}, True),
+    ],
+)
+def test_batch_refuses_a_run_that_starts_while_another_loads_its_model(
+    job: dict[str, Any], first: dict[str, Any], second: dict[str, Any], interrupted: bool
+) -> None:
+    """The output is claimed (locked, then checked) before the model loads: a second run started
+    meanwhile is refused before its own model loads, so it can neither replace the first's output
+    once that has finished nor resume what the first resumes. (The lock was taken after the model
+    loaded: a run that finished in between was silently replaced.)"""
+    if interrupted:
+        crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    elif first.get("force"):
+        job["out"].write_text("an old output\n")
+    base = {**job["options"], "inputs": tuple(job["options"]["inputs"])}
+    loaded: list[str] = []
+    refusals: list[str] = []
+
+    def record_load(options: Any) -> FakeExtractor:
+        loaded.append("second")
+        return FakeFactory()(options)
+
+    def load_running_another(options: Any) -> FakeExtractor:
+        try:  # the second run, from start to end, while the first "loads its model"
+            run_batch(BatchOptions(**{**base, **second}), factory=record_load)
+        except OutputError as exc:
+            refusals.append(str(exc))
+        return FakeFactory()(options)
+
+    run_batch(BatchOptions(**{**base, **first}), factory=load_running_another)
+    assert loaded == [] and len(refusals) == 1
+    assert "being written by another spo extract run right now" in refusals[0]
+    assert job["out"].read_bytes() == job["ref"]
+    assert not job["out"].with_name("out.jsonl.checkpoint.json").exists()
+
+
+def test_batch_refused_or_failed_run_leaves_the_output_as_it_found_it(job: dict[str, Any]) -> None:
+    """What a claim creates (an empty output and its first checkpoint) goes when the run stops
+    before writing: a model that does not load leaves no file that looks like an output."""
+    base = {**job["options"], "inputs": tuple(job["options"]["inputs"])}
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        run_batch(BatchOptions(**base), factory=_no_model)
+    assert not job["out"].exists()
+    assert not job["out"].with_name("out.jsonl.checkpoint.json").exists()
+    run_batch(BatchOptions(**base), factory=FakeFactory())
+    assert job["out"].read_bytes() == job["ref"]
 
 
 def test_output_is_locked_before_it_is_changed(tmp_path: Path) -> None:
