@@ -44,6 +44,19 @@ def model_copy(source: Path, target: Path, version: str) -> Path:
     return target
 
 
+def corrupt_graph(model_dir: Path, *, recorded: bool = False) -> Path:
+    """Garbage for ``model_dir``'s ``saved_model.pb``. ``recorded=False`` also drops model.json's
+    ``saved_model.sha256`` (a model.json written by hand), so only TensorFlow can tell, in the
+    worker; with the record the master refuses the directory before any worker starts."""
+    (model_dir / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    if not recorded:
+        manifest = model_dir / "model.json"
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        doc.pop("saved_model", None)
+        manifest.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return model_dir
+
+
 def point(link: Path, target: Path) -> None:
     """Switch ``link`` to ``target`` atomically (a new link renamed over the old one)."""
     tmp = link.with_name(link.name + ".new")
@@ -171,14 +184,15 @@ def spo_reload(server: Server) -> None:
 def test_master_reloads_under_load_without_a_failed_request(
     models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Concurrency 4 throughout: A -> B (spo reload), then a broken model.json (refused), then a
-    corrupt SavedModel (its workers fail; the reload is undone): zero failed requests, and after
-    "reload done" every answer comes from B."""
+    """Concurrency 4 throughout: A -> B (spo reload), then a broken model.json (refused), a graph
+    that no longer matches model.json's sha256 (refused), then a corrupt SavedModel only TensorFlow
+    can tell (its workers fail; the reload is undone): zero failed requests, and after "reload
+    done" every answer comes from B."""
     env = serve_env(models["link"], SPO_WORKERS="2", SPO_THREADS="4")
     broken = model_copy(models["A"], tmp_path / "broken", "3")
     (broken / "model.json").write_text('{"name": "broken",', encoding="utf-8")
-    corrupt = model_copy(models["A"], tmp_path / "corrupt", "4")
-    (corrupt / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    changed = corrupt_graph(model_copy(models["A"], tmp_path / "changed", "5"), recorded=True)
+    corrupt = corrupt_graph(model_copy(models["A"], tmp_path / "corrupt", "4"))
     with run_server(env, tmp_path) as server, Load(server.port) as load:
         load.wait_answers(20)
         # 1. A -> B: the old workers serve until every new one is warm.
@@ -193,6 +207,11 @@ def test_master_reloads_under_load_without_a_failed_request(
         spo_reload(server)
         refused = wait_log(server.log, "reload refused", 30)
         load.wait_answers(20)
+        # 2b. the graph changed since model.json was written: refused the same way.
+        point(models["link"], changed)
+        spo_reload(server)
+        mismatch = wait_log(server.log, "saved_model.sha256", 30)
+        load.wait_answers(20)
         # 3. SavedModel corrupt (only TensorFlow can tell): the new workers fail, the old serve on.
         point(models["link"], corrupt)
         spo_reload(server)
@@ -205,6 +224,7 @@ def test_master_reloads_under_load_without_a_failed_request(
     assert not load.failures(), f"{len(load.failures())} failed: {load.failures()[:5]}"
     assert after and {a[2] for a in after} == {"2"}, Counter(a[2] for a in after)
     assert "broken" in refused or "model.json" in refused
+    assert "reload refused" in mismatch and "mismatch" in mismatch
     assert "model_load_error" in failed
     assert server.process.returncode == 0
     with capsys.disabled():
@@ -373,7 +393,7 @@ def test_master_first_start_with_a_corrupt_model_exits_nonzero(
 ) -> None:
     """What only TensorFlow finds (a corrupt SavedModel) fails the first worker; with no worker ever
     ready, the master halts with the reason and a non-zero exit instead of serving 503s forever."""
-    (models["A"] / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    corrupt_graph(models["A"])
     log = tmp_path / "serve.log"
     env = serve_env(models["link"], SPO_WORKERS="1", SPO_PID_FILE=str(tmp_path / "spo.pid"))
     process = start_serve(free_port(), env, log)

@@ -21,6 +21,7 @@ import pytest
 from app.serving.launch import default_pid_file
 from app.serving.supervisor import OWNER_FILE, find_nginx, remove_stale_run_dirs
 from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
+from tests.app.test_master import corrupt_graph
 
 BOOT_TIMEOUT_S = 120
 needs_nginx = pytest.mark.skipif(
@@ -177,7 +178,7 @@ def test_supervisor_stops_nginx_when_gunicorn_cannot_start(
 
     model = tmp_path / "model"
     shutil.copytree(triples_model_dir, model)
-    (model / "saved_model.pb").write_bytes(b"\x08\x01garbage" * 10)
+    corrupt_graph(model)
     log = tmp_path / "serve.log"
     process = start(free_port(), serve_env(model), log)
     try:
