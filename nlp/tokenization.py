@@ -32,7 +32,8 @@ from pathlib import Path
 from nlp import quiet_tensorflow
 from nlp.vocab import SPECIAL_TOKENS, read_vocab
 
-_SEPARATORS = ("Zl", "Zp")  # U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR: spaces here
+# The only characters of Unicode categories Zl and Zp (LINE and PARAGRAPH SEPARATOR): spaces here.
+_SEPARATORS = "\u2028\u2029"
 
 # bert4keras is not a declared dependency: it declares keras<=2.3.1, which no TensorFlow 2.21 install
 # satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
@@ -122,7 +123,7 @@ class Tokenizer:
                 if b4k._is_punctuation(ch) or b4k._is_cjk_character(ch):
                     flush()
                     out.append((ch, [i]))
-                elif b4k._is_space(ch) or unicodedata.category(ch) in _SEPARATORS:
+                elif b4k._is_space(ch) or ch in _SEPARATORS:
                     flush()
                 elif ord(ch) == 0 or ord(ch) == 0xFFFD or b4k._is_control(ch):
                     continue

@@ -43,14 +43,10 @@ _FIELDS = ("text", "texts")
 _SHOWN_CHARS = 64  # of a client's name (a field, a model, a duplicate key) quoted in an answer
 
 
-def shown(name: str) -> str:
+def _shown(name: str) -> str:
     """A name the client sent, as an answer quotes it: at most ``_SHOWN_CHARS`` characters (then
     ``...``), a lone surrogate (from a JSON escape such as ``\\ud800``) as that escape, since it
-    cannot be encoded.
-
-    >>> shown("lang"), shown("\\ud800x"), shown("k" * 70)[-5:]
-    ('lang', '\\\\ud800x', 'kk...')
-    """
+    cannot be encoded (tests/app/test_api.py)."""
     cut = name[:_SHOWN_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
     return cut + "..." if len(name) > _SHOWN_CHARS else cut
 
@@ -79,7 +75,7 @@ def served(name: str | None = None) -> ServedModel:
     if model is None:
         raise ApiError(
             "unknown_model",
-            f"No model is called '{shown(name)}'; this service has: {', '.join(models.names)}.",
+            f"No model is called '{_shown(name)}'; this service has: {', '.join(models.names)}.",
         )
     return model
 
@@ -117,7 +113,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for key, value in pairs:
         if key in doc:
-            raise ValueError(f"duplicate key '{shown(key)}'")
+            raise ValueError(f"duplicate key '{_shown(key)}'")
         doc[key] = value
     return doc
 
@@ -187,8 +183,8 @@ def parse_extract_request(doc: Any, limits: Settings) -> tuple[list[object], str
     if unknown:
         raise ApiError(
             "unknown_field",
-            f"Unknown field '{shown(unknown[0])}'; expected exactly one of 'text', 'texts'.",
-            field=shown(unknown[0]),
+            f"Unknown field '{_shown(unknown[0])}'; expected exactly one of 'text', 'texts'.",
+            field=_shown(unknown[0]),
         )
     if ("text" in doc) == ("texts" in doc):
         raise ApiError(
