@@ -51,8 +51,10 @@ class OutputError(Exception):
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
-def _json(value: Any) -> bytes:
-    """Compact UTF-8 JSON; a lone surrogate (only possible in an id) falls back to ASCII escapes."""
+def json_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON on one line for any reader (``str.splitlines()`` included); a lone
+    surrogate (only possible in an id) falls back to ASCII escapes. Every JSON-lines file spo writes
+    from a user's text is written with it (this output, ``spo evaluate --errors``)."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         return text.translate(_LINE_BREAKS).encode("utf-8")
@@ -63,7 +65,7 @@ def _json(value: Any) -> bytes:
 def encode_outcome(outcome: Outcome) -> bytes:
     """An output line's body: the members of ``outcome.to_dict()`` without braces
     (``"entities":[...],...`` or ``"error":{...}``)."""
-    return _json(outcome.to_dict())[1:-1]
+    return json_bytes(outcome.to_dict())[1:-1]
 
 
 def is_error(outcome: Outcome) -> bool:
@@ -73,7 +75,7 @@ def is_error(outcome: Outcome) -> bool:
 def dumps_line(record_id: Any, outcome: Outcome) -> bytes:
     """One output line: ``{"id":...,<outcome>}`` and a newline; the outcome is encoded here, at the
     edge (``encode_outcome``)."""
-    return b'{"id":' + _json(record_id) + b"," + encode_outcome(outcome) + b"}\n"
+    return b'{"id":' + json_bytes(record_id) + b"," + encode_outcome(outcome) + b"}\n"
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
+from app.batch.output import json_bytes
 from app.core.options import precision_option
 from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB, PRECISIONS
 from nlp.decoding import LINK_RULES
@@ -394,8 +395,8 @@ def evaluate_command(
             scores, errors = evaluate(model_dir, data_path, precision=precision)
             if tmp is not None and errors_path is not None:
                 try:
-                    with tmp.open("w", encoding="utf-8") as fh:
-                        fh.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in errors)
+                    with tmp.open("wb") as fh:
+                        fh.writelines(json_bytes(e) + b"\n" for e in errors)
                 except OSError as exc:
                     raise _cannot_write(errors_path, exc) from None
     except (ModelLoadError, DataError, MismatchError) as exc:

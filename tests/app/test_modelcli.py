@@ -88,6 +88,21 @@ def test_evaluate_errors_refuses_what_it_would_replace_and_where_it_cannot_write
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
 
 
+def test_evaluate_errors_file_is_one_line_per_record_to_any_reader(triples_model_dir, tmp_path):
+    """A text with U+2028, U+2029 or U+0085 in it (line breaks to str.splitlines(), not to JSON) is
+    still one line of the errors file, as it is one line of spo extract's output."""
+    text = "《长夜》由韩冰执导，\u2028作者是李四。\u2029\x85"
+    record = {"text": text, "triples": [["长夜", "导演", "韩冰"]]}
+    data = _write_records(tmp_path / "breaks.jsonl", [record])
+    errors = tmp_path / "errors.jsonl"
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--errors", str(errors)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    body = errors.read_text(encoding="utf-8")
+    assert len(body.splitlines()) == 1  # 导演 is unknown to the tiny model: one error record
+    assert json.loads(body)["text"] == text
+
+
 def test_evaluate_errors_file_has_one_writer_at_a_time(triples_model_dir, tmp_path, monkeypatch):
     """Two runs writing one --errors file at once would share its temporary file; the second is
     refused before its model runs, and the first one's file is left to it."""
