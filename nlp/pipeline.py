@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +36,6 @@ from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.errors import DeadlineExceeded, InvalidInput, RequestTooLarge
 from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
-from nlp.runtime import SessionRuntime
 from nlp.tokenization import Encoding, Tokenizer
 from nlp.validation import check_text
 from nlp.values import Entity, Extraction, Span, Triple
@@ -90,24 +89,6 @@ class Plan:
             tuple(e for p in plans for e in p.encodings),
             tuple(windows),
         )
-
-
-class Mergeable(Protocol):
-    """A plan as the micro-batcher and the batch workers handle it: ``nlp.pipeline.Plan``, or a
-    test's stand-in with the same two members."""
-
-    def __len__(self) -> int: ...
-
-    @classmethod
-    def merge(cls, plans: Sequence[Self]) -> Self: ...
-
-
-P = TypeVar("P", bound=Mergeable)
-
-
-def merge_plans(plans: Sequence[P]) -> P:
-    """``plans`` as one (see ``Plan.merge``); at least one."""
-    return type(plans[0]).merge(plans)
 
 
 @dataclass(frozen=True)
@@ -249,6 +230,10 @@ class Extractor:
                 manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
             )
         else:
+            # TensorFlow is imported here, in the process that loads the model: never by importing
+            # this module (the gunicorn master, the batch command and Spark's driver import it).
+            from nlp.runtime import SessionRuntime
+
             runtime = SessionRuntime.for_model(
                 manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
             )

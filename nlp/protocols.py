@@ -1,17 +1,19 @@
-"""The two interfaces between the stages, written down: ``Runtime`` and ``ExtractorLike``.
+"""The interfaces between the stages, written down: ``Runtime``, ``ExtractorLike`` and ``Mergeable``.
 
 ``Runtime`` is what ``Extractor`` needs of the model call: ``nlp.runtime.SessionRuntime``,
 ``nlp.onnx_runtime.OnnxRuntime`` and ``nlp.openvino_runtime.OpenVinoRuntime`` implement it (all through
 ``nlp.engine.WarmedShapes``, the warm-up and shape check they share), and so do the benchmark's naive TF2 runtimes (``bench/runtimes.py``),
 which is how they sit under the same tokenization, windowing and decoding. ``ExtractorLike`` is what the service and the batch
-command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes). Protocols only: no
-implementation, no TensorFlow.
+command need of an ``nlp.pipeline.Extractor`` (their tests hand in fakes); ``Mergeable`` what the
+micro-batcher and the batch workers need of a plan, with ``merge_plans``, the one function here.
+No TensorFlow, directly or through bert4keras: the gunicorn master, the batch command and Spark's
+driver import this module (``tests/app/test_layers.py`` checks that they never import TensorFlow).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Self, TypeVar
 
 import numpy.typing as npt
 
@@ -66,3 +68,21 @@ class ExtractorLike(Protocol):
     ) -> list[Extraction]: ...
 
     def close(self) -> None: ...
+
+
+class Mergeable(Protocol):
+    """A plan as the micro-batcher and the batch workers handle it: ``nlp.pipeline.Plan``, or a
+    test's stand-in with the same two members."""
+
+    def __len__(self) -> int: ...
+
+    @classmethod
+    def merge(cls, plans: Sequence[Self]) -> Self: ...
+
+
+P = TypeVar("P", bound=Mergeable)
+
+
+def merge_plans(plans: Sequence[P]) -> P:
+    """``plans`` as one (see ``nlp.pipeline.Plan.merge``); at least one."""
+    return type(plans[0]).merge(plans)

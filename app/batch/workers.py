@@ -7,7 +7,7 @@ complete (any order; the caller restores input order). An outcome stays a typed 
 
 Each text of a chunk is planned once (``Extractor.plan``: checked against ``--max-text-chars`` and
 tokenized); a bad text becomes its ``Failure`` and never fails its neighbours; the good plans are
-merged (``nlp.pipeline.merge_plans``) and run as one. A rerun one text at a time (below) runs the same
+merged (``nlp.protocols.merge_plans``) and run as one. A rerun one text at a time (below) runs the same
 plans: no text is checked or tokenized twice.
 
 Worker processes are started with the ``spawn`` context (TensorFlow is not fork-safe), each loads its
@@ -46,8 +46,7 @@ from typing import Any
 from app.core.problems import CATALOGUE, INTERNAL_ERROR
 from nlp.config import LoadOptions
 from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
-from nlp.pipeline import merge_plans
-from nlp.protocols import ExtractorLike
+from nlp.protocols import ExtractorLike, merge_plans
 from nlp.values import Failure, Outcome
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from nlp.errors import DeadlineExceeded
-from nlp.pipeline import Mergeable, merge_plans
+from nlp.protocols import Mergeable, merge_plans
 from nlp.values import Extraction
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class MicroBatcher(Generic[P]):
     """Combines concurrent ``submit(plan)`` calls into ``run(merged plan)`` calls (see the module doc).
 
     ``run`` is the locked model call (``ModelSlot.run``); plans are merged with their type's ``merge``
-    (``nlp.pipeline.merge_plans``). The thread starts on the first ``submit``, so a batcher created
+    (``nlp.protocols.merge_plans``). The thread starts on the first ``submit``, so a batcher created
     before a fork starts in the process that uses it.
     """
 

@@ -5,6 +5,8 @@ functions, under ``if TYPE_CHECKING``) included, and finds no import cycle anywh
 """
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +61,20 @@ def test_layers_each_package_says_what_it_is_for(package):
     assert len(doc.split()) >= 12, (
         f"{package} needs a docstring saying what it is for and may import"
     )
+
+
+def test_layers_the_processes_that_hand_out_the_model_never_import_tensorflow():
+    """The gunicorn master (its config and ``app.serving.master``), the ``spo`` command (the batch
+    command's parent) and Spark's driver load no model, so they import no TensorFlow (about 60 MiB and
+    its thread pools, before the fork): only the processes that run a model do, when they load it."""
+    code = (
+        "import runpy, sys\n"
+        "import app.cli, app.serving.master, app.spark.job, app.batch.runner\n"
+        "runpy.run_path('deploy/gunicorn.conf.py')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('tensorflow', 'tf_keras', 'keras', 'bert4keras')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout[:500]
