@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,16 +67,30 @@ def seed_everything(seed: int) -> None:
     tf.random.set_seed(seed)
 
 
+# Why a labelled fact of a corpus is not trained on (``Counter`` keys of ``encode_record``'s and
+# ``encode_entities``' ``left_out``; ``"labels"`` counts every fact looked at).
+PAST_MAX_LENGTH = "past_max_length"
+OFF_TOKEN_BOUNDARIES = "off_token_boundaries"
+
+
+def _left_out_reason(enc: Any, start: int, end: int) -> str:
+    """Why the characters ``[start, end)`` have no token span within the trained tokens."""
+    whole = {o[0] for o in enc.offsets}, {o[1] for o in enc.offsets}
+    return PAST_MAX_LENGTH if start in whole[0] and end in whole[1] else OFF_TOKEN_BOUNDARIES
+
+
 def encode_record(
     record: dict[str, Any],
     tokenizer: Tokenizer,
     predicates: Sequence[str],
     max_length: int,
+    left_out: Counter[str] | None = None,
 ) -> Example:
     """Token ids with ``[CLS]``/``[SEP]`` and GPLinker label sets (positions count ``[CLS]`` as 0).
 
     Each argument is labelled at its first occurrence; an argument that does not start and end on
-    token boundaries, or lies past ``max_length``, drops its triple.
+    token boundaries, or lies past ``max_length``, drops its triple, counted in ``left_out`` by
+    reason (``train`` logs the counts and writes them to ``training.json``).
     """
     text: str = record["text"]
     enc = tokenizer.encode(text)
@@ -86,18 +101,24 @@ def encode_record(
     entity: list[set[tuple[int, int]]] = [set(), set()]
     head: list[set[tuple[int, int]]] = [set() for _ in predicates]
     tail: list[set[tuple[int, int]]] = [set() for _ in predicates]
+    counts: Counter[str] = left_out if left_out is not None else Counter()
 
-    def span(arg: str) -> tuple[int, int] | None:
+    def span(arg: str) -> tuple[int, int] | str:
         at = text.find(arg)
         if at < 0 or at not in starts or at + len(arg) not in ends:
-            return None
+            return _left_out_reason(enc, at, at + len(arg))
         return starts[at], ends[at + len(arg)]
 
     for s, p, o in record["triples"]:
         if p not in index:
             continue
+        counts["labels"] += 1
         sub, obj = span(s), span(o)
-        if sub is None or obj is None:
+        if isinstance(sub, str):
+            counts[sub] += 1
+            continue
+        if isinstance(obj, str):
+            counts[obj] += 1
             continue
         entity[0].add(sub)
         entity[1].add(obj)
@@ -112,13 +133,15 @@ def encode_entities(
     tokenizer: Tokenizer,
     entity_types: Sequence[str],
     max_length: int,
+    left_out: Counter[str] | None = None,
 ) -> Example:
     """Token ids with ``[CLS]``/``[SEP]`` and one span set per entity type (typed GlobalPointer).
 
     The record's ``entities`` (``[[name, type], ...]``; without them, the arguments of its
     ``triples``) are labelled at every occurrence, except inside a longer one
-    (``training.schema.entity_spans``). A span that does not start and end on token boundaries, lies
-    past ``max_length``, or has a type outside ``entity_types`` is left out.
+    (``training.schema.entity_spans``). A span that does not start and end on token boundaries, or
+    lies past ``max_length``, is left out and counted in ``left_out`` by reason; a type outside
+    ``entity_types`` is skipped.
     """
     text: str = record["text"]
     enc = tokenizer.encode(text)
@@ -130,9 +153,15 @@ def encode_entities(
     if named is None:
         named = triple_entities([(str(s), str(p), str(o)) for s, p, o in record.get("triples", [])])
     labels: list[set[tuple[int, int]]] = [set() for _ in entity_types]
+    counts: Counter[str] = left_out if left_out is not None else Counter()
     for start, end, type_ in entity_spans(text, [(str(a), str(b)) for a, b in named]):
-        if type_ in index and start in starts and end in ends:
+        if type_ not in index:
+            continue
+        counts["labels"] += 1
+        if start in starts and end in ends:
             labels[index[type_]].add((starts[start], ends[end]))
+        else:
+            counts[_left_out_reason(enc, start, end)] += 1
     ids = [tokenizer.cls_id, *enc.token_ids[:n], tokenizer.sep_id]
     return Example(ids, labels)
 
@@ -297,8 +326,22 @@ def train(config: TrainConfig) -> Path:
     # schema lacks, an argument not in its text: DataError naming the line.
     records = read_records(config.train_path, check=labels_check(config.task, labels))
     encode = {Task.TRIPLES: encode_record, Task.ENTITIES: encode_entities}[task]
-    examples = [encode(r, tokenizer, labels, config.max_length) for r in records]
+    left_out: Counter[str] = Counter()
+    examples = [encode(r, tokenizer, labels, config.max_length, left_out) for r in records]
     logger.info("%d %s training examples from %s", len(examples), config.task, config.train_path)
+    if left_out[PAST_MAX_LENGTH] or left_out[OFF_TOKEN_BOUNDARIES]:
+        logger.warning(
+            "%d of the corpus's %d labelled %s are not trained on: %d lie past max_length %d "
+            "tokens (a text's first %d are trained; the server windows longer texts), %d do not "
+            "start and end on token boundaries",
+            left_out[PAST_MAX_LENGTH] + left_out[OFF_TOKEN_BOUNDARIES],
+            left_out["labels"],
+            "triples" if task is Task.TRIPLES else "entity mentions",
+            left_out[PAST_MAX_LENGTH],
+            config.max_length,
+            config.max_length - 2,
+            left_out[OFF_TOKEN_BOUNDARIES],
+        )
 
     build_model = {Task.TRIPLES: build_gplinker, Task.ENTITIES: build_ner}[task]
 
@@ -393,6 +436,11 @@ def train(config: TrainConfig) -> Path:
                 "task": config.task,
                 "train_path": str(config.train_path),
                 "records": len(records),
+                "labels": {
+                    "total": left_out["labels"],
+                    PAST_MAX_LENGTH: left_out[PAST_MAX_LENGTH],
+                    OFF_TOKEN_BOUNDARIES: left_out[OFF_TOKEN_BOUNDARIES],
+                },
                 "epochs": config.epochs,
                 "max_steps": config.max_steps,
                 "steps": step,

@@ -1,5 +1,6 @@
 import doctest
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -94,11 +95,26 @@ def test_train_weight_average_moves_by_its_decay_and_keeps_the_variables_order()
         WeightAverage([a], 1.0)
 
 
-def test_train_truncation_drops_triples_past_max_length(tokenizer: Tokenizer) -> None:
+def test_train_truncation_drops_triples_past_max_length_and_counts_them(
+    tokenizer: Tokenizer,
+) -> None:
     rec = {"text": "一" * 40 + "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}
-    ex = encode_record(rec, tokenizer, PREDICATES, 32)
+    left_out: Counter[str] = Counter()
+    ex = encode_record(rec, tokenizer, PREDICATES, 32, left_out)
     assert len(ex.token_ids) == 32
     assert not ex.entity[0] and not any(ex.head)
+    assert left_out == {"labels": 1, "past_max_length": 1}
+    # An argument inside a word piece (``ab`` of the token ``abc``) can never be labelled.
+    rec = {
+        "text": "张三出生于北京。app",
+        "triples": [["张三", "出生地", "北京"], ["张三", "出生地", "ap"]],
+    }
+    encode_record(rec, tokenizer, PREDICATES, 32, left_out)
+    assert left_out == {"labels": 3, "past_max_length": 1, "off_token_boundaries": 1}
+    entities = {"text": "一" * 40 + "张三出生于北京。", "entities": [["张三", "人物"]]}
+    counted: Counter[str] = Counter()
+    encode_entities(entities, tokenizer, ENTITY_TYPES, 32, counted)
+    assert counted == {"labels": 1, "past_max_length": 1}
 
 
 def test_train_batches_have_fixed_label_shapes(tokenizer: Tokenizer) -> None:
