@@ -7,8 +7,8 @@ their own process group, so a Ctrl-C in the terminal reaches only this superviso
 in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it is killed.
 
 - SIGTERM / SIGINT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
-  gracefully (SIGTERM: its workers finish theirs); after ``SPO_GRACEFUL_TIMEOUT`` (+5 s) whatever is left
-  is killed. The run directory is removed: no socket, pid file or temp file stays behind. A supervisor
+  gracefully (SIGTERM: its workers finish theirs); ``SPO_GRACEFUL_TIMEOUT`` + 5 s after the signal, for
+  both together, whatever is left is killed. The run directory is removed: no socket, pid file or temp file stays behind. A supervisor
   killed outright (SIGKILL) cannot remove it; the next ``spo serve --nginx`` on the machine does (its
   ``supervisor.pid`` names a process that is gone), so a container restarted after kills does not fill
   its ``/tmp``.
@@ -194,13 +194,15 @@ class Supervisor:
         self, nginx: subprocess.Popen[bytes] | None, gunicorn: subprocess.Popen[bytes] | None
     ) -> None:
         # nginx first, gracefully: it stops accepting and its requests in flight finish upstream;
-        # then gunicorn, whose workers finish what they hold.
+        # then gunicorn, whose workers finish what they hold. One budget for both (a container's
+        # grace period is sized on it: docs/deploy.md), not one each.
+        deadline = time.monotonic() + self.graceful_timeout + 5
         for process, sig in ((nginx, signal.SIGQUIT), (gunicorn, signal.SIGTERM)):
             if process is None or process.poll() is not None:
                 continue
             process.send_signal(sig)
             try:
-                process.wait(self.graceful_timeout + 5)
+                process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _say(f"pid {process.pid} did not stop in time: killing it")
                 os.killpg(process.pid, signal.SIGKILL)

@@ -242,3 +242,43 @@ def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -
             process.stdout.close()
     assert nginx_log.read_text() == "SIGQUIT"
     assert gunicorn_log.read_text() == "SIGTERM"
+
+
+STUBBORN = """
+import signal, sys, time
+for s in (signal.SIGTERM, signal.SIGQUIT):
+    signal.signal(s, signal.SIG_IGN)
+print(flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_supervisor_stop_kills_what_is_left_within_one_budget(tmp_path: Path) -> None:
+    """nginx and gunicorn share SPO_GRACEFUL_TIMEOUT + 5 s (here 1 + 5): neither stopping, both
+    are killed once it has passed, not after 6 s each (12 s, past a container's grace period)."""
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text(STUBBORN)
+    driver = textwrap.dedent(
+        f"""
+        import sys
+        from app.serving.supervisor import Supervisor
+        py, s = sys.executable, {str(stubborn)!r}
+        sys.exit(Supervisor([py, s], [py, s], {{}}, graceful_timeout=1).run())
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "\n" and process.stdout.readline() == "\n"
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+        took = time.monotonic() - started
+    finally:
+        kill_if_running(process)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert 5.5 < took < 10, took
