@@ -128,7 +128,7 @@ demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (abou
 	$(BIN)/spo evaluate tests/training/data/everyday_dev.jsonl --model models/demo --format text
 	$(BIN)/spo evaluate tests/training/data/everyday_unseen.jsonl --model models/demo --format text
 
-ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (10 min on 2 idle AMD EPYC cores, 15 on an Intel Xeon)
+ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (training 10 min on 2 idle AMD EPYC cores, 15 on an Intel Xeon; with the corpus and evaluations a few more)
 	$(BIN)/spo make-corpus data/train.jsonl --n 96000 --seed 1 --force
 	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 4000 --lr 1e-3 --warmup 300 --dropout 0 --max-minutes 58 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout --force
