@@ -8,7 +8,9 @@ again here); each worker builds its app from its generation's value (``app.servi
 
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.web.model_slot``). ``timeout`` covers that.
-- gthread workers: requests overlap (health checks, validation) while model calls are serialized.
+- gthread workers: requests overlap (health checks, validation) while model calls are serialized;
+  a worker's heartbeat waits while a model call runs, so ``timeout`` also replaces a worker whose
+  model call never returns (``hold_heartbeat_during_model_calls``).
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
   (``app.web.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
@@ -113,6 +115,7 @@ def post_worker_init(worker: Any) -> None:
     watch_worker(worker)
     rss = _rss_mib()
     models = worker.wsgi.extensions["spo.models"]
+    hold_heartbeat_during_model_calls(worker, models)
     if not models.ready:
         worker.log.warning(
             "worker %s up without all its models (%s): answering 503 and retrying",
@@ -133,6 +136,21 @@ def post_worker_init(worker: Any) -> None:
             rss,
             limit,
         )
+
+
+def hold_heartbeat_during_model_calls(worker: Any, models: Any) -> None:
+    """gthread's main loop tells the master it is alive about once a second, whatever its request
+    threads do, so gunicorn's ``timeout`` never caught a model call that does not return. The beat
+    now waits while a model call runs: a call (under 6 s at the default limits) only delays it, and
+    one still running after ``SPO_TIMEOUT`` gets the worker killed and replaced, as gunicorn's sync
+    workers are (SIGABRT, then SIGKILL a timeout later if it still does not exit)."""
+    beat = worker.notify
+
+    def notify() -> None:
+        if models.call_started() is None:
+            beat()
+
+    worker.notify = notify
 
 
 def post_request(worker: Any, req: Any, environ: Any, resp: Any) -> None:

@@ -385,7 +385,8 @@ _TABLE = (
     Option("inter_op_threads", 1, "TensorFlow (or ONNX Runtime) inter-op threads per worker", _int,
            in_range(1, 1024)),
     Option("timeout", 180, "gunicorn's worker timeout in seconds; must cover model load plus "
-           "warm-up; nginx waits 10 s longer", _int, in_range(10, 86_400)),
+           "warm-up; a model call running longer gets its worker replaced; nginx waits 10 s longer",
+           _int, in_range(10, 86_400)),
     Option("graceful_timeout", 30, "seconds a retiring worker has to finish its requests", _int,
            in_range(1, 86_400)),
     Option("max_requests", 10_000, "recycle a worker after this many requests (0: never)", _int,

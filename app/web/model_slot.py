@@ -20,6 +20,11 @@ The Extractor is not thread-safe; gthread workers serve several requests at once
 ``lock`` while health checks and request validation do not. With micro-batching on (``app.web.microbatch``)
 one batcher thread per worker makes the model calls, through ``extract_batch`` and the same lock.
 
+A model call that never returns (a wedged runtime) is the one thing a deadline cannot stop: gthread's
+main loop heartbeats to gunicorn's master whatever its request threads do, so ``call_started`` is
+what ``deploy/gunicorn.conf.py`` holds the heartbeat on, and gunicorn replaces the worker once a call
+has run past ``SPO_TIMEOUT``.
+
 Deadlines (``SPO_REQUEST_TIMEOUT``): a request waits for ``lock`` at most until its deadline, and the
 extractor checks it again before each model call, so a request past it gets ``DeadlineExceeded`` and
 frees the lock (and its thread) at once. ``plan`` (tokenizing, windowing, counting the request's model
@@ -86,10 +91,18 @@ class ModelSlot:
         self.lock = threading.Lock()
         self._listeners: list[Callable[[ModelSlot], None]] = []
         self._closed = threading.Event()  # ends the retries
+        self._call_started: float | None = None
 
     @property
     def ready(self) -> bool:
         return self._extractor is not None
+
+    @property
+    def call_started(self) -> float | None:
+        """When the model call running now began (``time.monotonic()``), or ``None`` between calls.
+        The worker's heartbeat to gunicorn waits while a call runs (``deploy/gunicorn.conf.py``), so
+        a call that never returns gets its worker replaced after ``SPO_TIMEOUT``."""
+        return self._call_started
 
     @property
     def state(self) -> str:
@@ -211,9 +224,11 @@ class ModelSlot:
         """The extractor's ``run`` of ``plan`` under ``lock``, within ``deadline`` (monotonic)."""
         extractor = self._ready()
         self._acquire(deadline)
+        self._call_started = time.monotonic()
         try:
             return extractor.run(plan, deadline=deadline)
         finally:
+            self._call_started = None
             self.lock.release()
 
     def extract_batch(
@@ -222,9 +237,11 @@ class ModelSlot:
         """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
         extractor = self._ready()
         self._acquire(deadline)
+        self._call_started = time.monotonic()
         try:
             return extractor.extract_batch(texts, field=field, deadline=deadline)
         finally:
+            self._call_started = None
             self.lock.release()
 
     def close(self) -> None:

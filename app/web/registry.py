@@ -92,6 +92,10 @@ class ModelRegistry:
         """Every model loaded and warmed."""
         return all(m.slot.ready for m in self)
 
+    def call_started(self) -> float | None:
+        """When the oldest model call running now began (``time.monotonic()``), or ``None``."""
+        return min((t for m in self if (t := m.slot.call_started) is not None), default=None)
+
     def load(self, settings: Settings, loader: Loader) -> None:
         """Load every model now, in table order; the first error propagates."""
         for model in self:

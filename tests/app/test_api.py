@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -467,6 +468,41 @@ def test_api_failed_load_answers_503_with_its_code_then_recovers(
     finally:
         release.set()
         slot.close()
+
+
+def test_api_model_slot_says_when_the_running_model_call_began() -> None:
+    """``call_started`` is set for exactly as long as a call holds the model (the worker's heartbeat
+    waits on it: deploy/gunicorn.conf.py), and cleared when the call fails too; the registry gives
+    the oldest call of its models."""
+    from app.web.registry import ModelRegistry, ServedModel
+
+    slot, idle = ModelSlot(), ModelSlot()
+    registry = ModelRegistry(
+        [ServedModel("demo", Path("m"), slot), ServedModel("ner", Path("n"), idle)]
+    )
+    seen: list[tuple[float | None, float | None]] = []
+
+    class Extractor:
+        def run(self, plan: Any, deadline: float | None = None) -> list[Any]:
+            seen.append((slot.call_started, registry.call_started()))
+            if plan == "fail":
+                raise RuntimeError("the model failed")
+            return []
+
+        def extract_batch(self, texts: Any, field: str = "", deadline: Any = None) -> list[Any]:
+            seen.append((slot.call_started, registry.call_started()))
+            return []
+
+    slot.set(Extractor())  # type: ignore[arg-type]
+    assert slot.call_started is None and registry.call_started() is None
+    before = time.monotonic()
+    slot.run("plan")
+    slot.extract_batch(["text"])
+    with pytest.raises(RuntimeError):
+        slot.run("fail")
+    assert len(seen) == 3
+    assert all(t is not None and t >= before and t == r for t, r in seen)
+    assert slot.call_started is None and registry.call_started() is None
 
 
 def test_api_model_slot_reports_changes_and_stops_retrying_on_close(

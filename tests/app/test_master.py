@@ -7,6 +7,7 @@ record every answer; the tests assert what those answers were, and print the tim
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -259,11 +260,79 @@ def test_master_reload_during_a_reload_is_kept_and_the_last_one_wins(
         done = time.monotonic()
         time.sleep(1.5)  # the old generation finishes the requests it had started
         load.wait_answers(20)
+        # Two reloads later the master still has no TensorFlow in it: only workers load the model.
+        master_maps = Path(f"/proc/{master_pid}/maps").read_text()
+    assert "tensorflow" not in master_maps
     assert "another follows once it ends" in kept
     assert not load.failures(), f"{len(load.failures())} failed: {load.failures()[:5]}"
     after = load.since(done + 1.0)
     assert after and {a[2] for a in after} == {"3"}, Counter(a[2] for a in after)
     assert "C" in log_lines(server.log, "reload done")[-1]
+
+
+# Test only, put on the workers' path as sitecustomize: the extractor they load never returns from a
+# call that holds the text HANG (a wedged runtime, which no deadline can stop).
+HANGING_LOADER = """\
+import threading
+
+import nlp.loader
+
+_load = nlp.loader.load_extractor
+
+
+class _Hanging:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def run(self, plan, *, deadline=None):
+        if "HANG" in plan.texts:
+            threading.Event().wait()
+        return self._inner.run(plan, deadline=deadline)
+
+
+nlp.loader.load_extractor = lambda options: _Hanging(_load(options))
+"""
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_master_a_model_call_that_never_returns_gets_its_worker_replaced(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """gthread's main loop heartbeats whatever its request threads do, so gunicorn's timeout never
+    caught a model call that does not return: the worker kept its lock forever and every later
+    request to it waited out its deadline. The heartbeat now waits while a model call runs."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(HANGING_LOADER, encoding="utf-8")
+    env = serve_env(
+        models["A"],
+        SPO_WORKERS="1",
+        SPO_TIMEOUT="20",  # covers the tiny model's load and warm-up (a few seconds)
+        SPO_REQUEST_TIMEOUT="5",
+        PYTHONPATH=str(plugin),
+    )
+    with run_server(env, tmp_path) as server:
+        first = wait_log(server.log, "ready: model loaded", 30)
+
+        def send_hang() -> None:
+            with contextlib.suppress(OSError):  # its worker is killed under it
+                post_json(server.port, {"text": "HANG"})
+
+        threading.Thread(target=send_hang, daemon=True).start()
+        time.sleep(1)
+        # The worker's one model lock is held: a request waits out its deadline.
+        assert post_json(server.port, {"text": "张三出生于北京。"}).status == 504
+        timed_out = wait_log(server.log, "WORKER TIMEOUT", 60)
+        second = wait_log(server.log, "ready: model loaded", 90, count=2)
+        answer = post_json(server.port, {"text": "张三出生于北京。"})
+    assert answer.status == 200, answer.body[:300]
+    assert first.split("worker ")[1].split()[0] != second.split("worker ")[1].split()[0]
+    assert "WORKER TIMEOUT" in timed_out
 
 
 @pytest.mark.live

@@ -252,6 +252,25 @@ def test_server_rss_watchdog_retires_worker(conf: dict[str, Any], caplog: Any) -
     assert "retiring it gracefully" in caplog.text
 
 
+def test_server_heartbeat_waits_while_a_model_call_runs(conf: dict[str, Any]) -> None:
+    """gthread's main loop beats once a second whatever its threads do; held during a model call,
+    the beat lets gunicorn's timeout replace a worker whose call never returns."""
+    beats: list[int] = []
+    running: list[float | None] = [None]
+    worker = SimpleNamespace(notify=lambda: beats.append(1))
+    models = SimpleNamespace(call_started=lambda: running[0])
+    conf["hold_heartbeat_during_model_calls"](worker, models)
+    worker.notify()
+    assert beats == [1]
+    running[0] = 12.5
+    worker.notify()
+    worker.notify()
+    assert beats == [1]
+    running[0] = None
+    worker.notify()
+    assert beats == [1, 1]
+
+
 def test_server_gunicorn_conf_takes_the_handed_settings_and_parses_nothing(
     model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
