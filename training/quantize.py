@@ -451,10 +451,11 @@ def quantize(
     quantized_matmuls = sum(n for op, n in ops.items() if op.startswith("Quantized"))
     if not quantized_matmuls:
         raise QuantizeError(f"{TOOL} quantized no operation of {parent.directory}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        saved = staging / "model"
+    from training.export import staged_model_dir
+
+    # Staged beside ``out`` and renamed over it: a failure or a kill never leaves a half-written
+    # directory, nor loses the one it replaces.
+    with staged_model_dir(out, force=force) as saved:
         _save(quantized, inputs, outputs, saved)
         shutil.copyfile(parent.vocab_path, saved / "vocab.txt")
         document = json.loads((parent.directory / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -477,11 +478,6 @@ def quantize(
         }
         write_manifest(saved, document)
         load_manifest(saved)  # what the service will check, before the directory is in place
-        if out.exists():
-            shutil.rmtree(out)
-        saved.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.info("int8 model written to %s (%d quantized ops)", out, quantized_matmuls)
     return out
 

@@ -134,6 +134,33 @@ def test_quantize_command_refuses_bad_inputs_clearly(
 # -- the int8 demo model (slow: quantization, then both models on the demo sets) ----------------
 
 
+@pytest.mark.slow
+def test_quantize_a_failure_keeps_the_model_it_would_replace(
+    triples_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--force`` onto an int8 directory: the old one was deleted before the new one moved in, so
+    a failure there (a full disk) or a kill lost both. Now the old one is moved aside and put back,
+    and nothing staged is left beside it."""
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text("张三出生于北京。\n李四毕业于清华大学。\n", encoding="utf-8")
+    calib = read_calibration(calibration)
+    out = tmp_path / "int8"
+    quantize_module.quantize(triples_model_dir, out, calibration=calib)
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real_rename = Path.rename
+
+    def failing(self: Path, target: Path) -> Path:
+        if Path(target) == out and self.name == "model":  # the new model moving in
+            raise OSError(28, "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(OSError, match="No space"):
+        quantize_module.quantize(triples_model_dir, out, calibration=calib, force=True)
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.txt", "int8"]
+
+
 @pytest.fixture(scope="session")
 def int8_demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spo quantize models/demo`` on 60 demo-corpus sentences (training names, not the held-out)."""
