@@ -9,8 +9,8 @@ again here); each worker builds its app from its generation's value (``app.servi
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.web.model_slot``). ``timeout`` covers that.
 - gthread workers: requests overlap (health checks, validation) while model calls are serialized;
-  a worker's heartbeat waits while a model call runs, so ``timeout`` also replaces a worker whose
-  model call never returns (``hold_heartbeat_during_model_calls``).
+  a worker's heartbeat stops while one model call runs past a second, so ``timeout`` also replaces
+  a worker whose model call never returns (``hold_heartbeat_during_model_calls``).
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
   (``app.web.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
@@ -30,6 +30,8 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -138,16 +140,25 @@ def post_worker_init(worker: Any) -> None:
         )
 
 
-def hold_heartbeat_during_model_calls(worker: Any, models: Any) -> None:
+# A model call older than this holds the worker's heartbeat (``hold_heartbeat_during_model_calls``).
+HEARTBEAT_CALL_GRACE_S = 1.0
+
+
+def hold_heartbeat_during_model_calls(
+    worker: Any, models: Any, clock: Callable[[], float] = time.monotonic
+) -> None:
     """gthread's main loop tells the master it is alive about once a second, whatever its request
     threads do, so gunicorn's ``timeout`` never caught a model call that does not return. The beat
-    now waits while a model call runs: a call (under 6 s at the default limits) only delays it, and
-    one still running after ``SPO_TIMEOUT`` gets the worker killed and replaced, as gunicorn's sync
-    workers are (SIGABRT, then SIGKILL a timeout later if it still does not exit)."""
+    now stops while one model call (one bucket-shaped batch: seconds at most at the default limits)
+    has been running for more than ``HEARTBEAT_CALL_GRACE_S``. The loop wakes at least once a
+    second, so it beats during the first second of every call and between calls: calls back to back
+    under load never starve it, a long one only delays it, and one still running ``SPO_TIMEOUT``
+    after its first second gets the worker killed and replaced (SIGABRT, SIGKILL a second later)."""
     beat = worker.notify
 
     def notify() -> None:
-        if models.call_started() is None:
+        started = models.call_started()
+        if started is None or clock() - started <= HEARTBEAT_CALL_GRACE_S:
             beat()
 
     worker.notify = notify

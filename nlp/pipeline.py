@@ -36,6 +36,7 @@ from nlp.config import DEFAULT_MAX_TEXT_CHARS, LoadOptions
 from nlp.errors import DeadlineExceeded, InvalidInput, RequestTooLarge
 from nlp.manifest import Manifest, load_manifest
 from nlp.protocols import Runtime
+from nlp.runtime import SessionRuntime
 from nlp.tokenization import Encoding, Tokenizer
 from nlp.validation import check_text
 from nlp.values import Entity, Extraction, Span, Triple
@@ -188,6 +189,10 @@ class Extractor:
         # Called with a ``BatchReport`` after each successful ``run`` (metrics, logs).
         self.observers: list[BatchObserver] = []
         self.closed = False
+        # When the model call running now began (``time.monotonic()``), None between calls: one
+        # bucket-shaped batch, the one step no deadline can interrupt (a serving worker's heartbeat
+        # reads it: ``deploy/gunicorn.conf.py``).
+        self.call_started: float | None = None
 
     @classmethod
     def load(cls, options: LoadOptions | str | Path, /, **changes: Any) -> Extractor:
@@ -230,10 +235,6 @@ class Extractor:
                 manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
             )
         else:
-            # TensorFlow is imported here, in the process that loads the model: never by importing
-            # this module (the gunicorn master, the batch command and Spark's driver import it).
-            from nlp.runtime import SessionRuntime
-
             runtime = SessionRuntime.for_model(
                 manifest, options, shapes=buckets.shapes(), vocab_size=tokenizer.vocab_size
             )
@@ -320,7 +321,11 @@ class Extractor:
             ]
             token_ids = pad_batch(sequences, batch.shape, pad_id=tok.pad_id)
             started = time.perf_counter()
-            outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+            self.call_started = time.monotonic()
+            try:
+                outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+            finally:
+                self.call_started = None
             seconds = time.perf_counter() - started
             calls.append(ModelCall(batch.shape, len(rows), sum(map(len, sequences)), seconds))
             for r, window in enumerate(rows):

@@ -47,6 +47,9 @@ class ExtractorLike(Protocol):
     @property
     def manifest(self) -> Manifest: ...
 
+    # When the model call running now began (``time.monotonic()``), None between calls.
+    call_started: float | None
+
     def plan(
         self,
         texts: Sequence[object],

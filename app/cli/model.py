@@ -100,6 +100,16 @@ def _cannot_write(path: Path, exc: OSError) -> click.ClickException:
     return click.ClickException(f"cannot write {path}: {exc.strerror or exc}")
 
 
+def _conversion_failed(out: Path, exc: OSError) -> click.ClickException:
+    """A converter's output that could not be put in place: another run made OUT meanwhile (what
+    ``staged_model_dir`` checks again at the end), or the file system failed (a full disk); the
+    directory OUT replaces, if any, is as it was."""
+    if isinstance(exc, FileExistsError) and exc.errno is None:
+        return click.ClickException(str(exc))
+    where = exc.filename if exc.filename is not None else out
+    return click.ClickException(f"cannot write {where}: {exc.strerror or exc}")
+
+
 def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
     """A click option taking one of ``choices``, the first by default (shown in --help)."""
     return click.option(
@@ -482,6 +492,8 @@ def export_onnx_command(
         result = export_onnx(model_dir, out, precision=precision, opset=opset, force=force)
     except (OnnxExportError, ModelLoadError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise _conversion_failed(out, exc) from None
     click.echo(f"onnx model ({precision}) written to {result}")
 
 
@@ -533,6 +545,8 @@ def export_openvino_command(
         )  # fmt: skip
     except OpenVinoExportError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise _conversion_failed(out, exc) from None
     click.echo(f"openvino model ({precision}) written to {result}")
 
 
@@ -576,6 +590,8 @@ def quantize_command(
         result = quantize(model_dir, out_dir, calibration=calibration, force=force)
     except QuantizeError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise _conversion_failed(out_dir, exc) from None
     click.echo(f"int8 model written to {result}")
 
 

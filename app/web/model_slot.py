@@ -22,8 +22,8 @@ one batcher thread per worker makes the model calls, through ``extract_batch`` a
 
 A model call that never returns (a wedged runtime) is the one thing a deadline cannot stop: gthread's
 main loop heartbeats to gunicorn's master whatever its request threads do, so ``call_started`` is
-what ``deploy/gunicorn.conf.py`` holds the heartbeat on, and gunicorn replaces the worker once a call
-has run past ``SPO_TIMEOUT``.
+what ``deploy/gunicorn.conf.py`` stops the heartbeat on, and gunicorn replaces the worker once a
+call has run past ``SPO_TIMEOUT``.
 
 Deadlines (``SPO_REQUEST_TIMEOUT``): a request waits for ``lock`` at most until its deadline, and the
 extractor checks it again before each model call, so a request past it gets ``DeadlineExceeded`` and
@@ -91,7 +91,6 @@ class ModelSlot:
         self.lock = threading.Lock()
         self._listeners: list[Callable[[ModelSlot], None]] = []
         self._closed = threading.Event()  # ends the retries
-        self._call_started: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -99,10 +98,12 @@ class ModelSlot:
 
     @property
     def call_started(self) -> float | None:
-        """When the model call running now began (``time.monotonic()``), or ``None`` between calls.
-        The worker's heartbeat to gunicorn waits while a call runs (``deploy/gunicorn.conf.py``), so
-        a call that never returns gets its worker replaced after ``SPO_TIMEOUT``."""
-        return self._call_started
+        """When the extractor's model call running now began (``time.monotonic()``; one bucket-shaped
+        batch), or ``None`` between calls. The worker's heartbeat to gunicorn stops once a call has
+        run past a second (``deploy/gunicorn.conf.py``), so a call that never returns gets its
+        worker replaced after ``SPO_TIMEOUT``."""
+        extractor = self._extractor
+        return extractor.call_started if extractor is not None else None
 
     @property
     def state(self) -> str:
@@ -224,11 +225,9 @@ class ModelSlot:
         """The extractor's ``run`` of ``plan`` under ``lock``, within ``deadline`` (monotonic)."""
         extractor = self._ready()
         self._acquire(deadline)
-        self._call_started = time.monotonic()
         try:
             return extractor.run(plan, deadline=deadline)
         finally:
-            self._call_started = None
             self.lock.release()
 
     def extract_batch(
@@ -237,11 +236,9 @@ class ModelSlot:
         """The extractor's ``extract_batch`` under ``lock``; ``ModelNotReady`` before it is loaded."""
         extractor = self._ready()
         self._acquire(deadline)
-        self._call_started = time.monotonic()
         try:
             return extractor.extract_batch(texts, field=field, deadline=deadline)
         finally:
-            self._call_started = None
             self.lock.release()
 
     def close(self) -> None:

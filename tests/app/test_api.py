@@ -471,38 +471,27 @@ def test_api_failed_load_answers_503_with_its_code_then_recovers(
 
 
 def test_api_model_slot_says_when_the_running_model_call_began() -> None:
-    """``call_started`` is set for exactly as long as a call holds the model (the worker's heartbeat
-    waits on it: deploy/gunicorn.conf.py), and cleared when the call fails too; the registry gives
-    the oldest call of its models."""
+    """A slot gives its extractor's ``call_started`` (None before it is loaded), and the registry
+    the oldest of its models' (the worker's heartbeat reads it: deploy/gunicorn.conf.py)."""
+    from types import SimpleNamespace
+
     from app.web.registry import ModelRegistry, ServedModel
 
-    slot, idle = ModelSlot(), ModelSlot()
+    demo, ner = ModelSlot(), ModelSlot()
     registry = ModelRegistry(
-        [ServedModel("demo", Path("m"), slot), ServedModel("ner", Path("n"), idle)]
+        [ServedModel("demo", Path("m"), demo), ServedModel("ner", Path("n"), ner)]
     )
-    seen: list[tuple[float | None, float | None]] = []
-
-    class Extractor:
-        def run(self, plan: Any, deadline: float | None = None) -> list[Any]:
-            seen.append((slot.call_started, registry.call_started()))
-            if plan == "fail":
-                raise RuntimeError("the model failed")
-            return []
-
-        def extract_batch(self, texts: Any, field: str = "", deadline: Any = None) -> list[Any]:
-            seen.append((slot.call_started, registry.call_started()))
-            return []
-
-    slot.set(Extractor())  # type: ignore[arg-type]
-    assert slot.call_started is None and registry.call_started() is None
-    before = time.monotonic()
-    slot.run("plan")
-    slot.extract_batch(["text"])
-    with pytest.raises(RuntimeError):
-        slot.run("fail")
-    assert len(seen) == 3
-    assert all(t is not None and t >= before and t == r for t, r in seen)
-    assert slot.call_started is None and registry.call_started() is None
+    assert demo.call_started is None and registry.call_started() is None
+    demo_extractor = SimpleNamespace(call_started=None)
+    ner_extractor = SimpleNamespace(call_started=7.5)
+    demo.set(demo_extractor)  # type: ignore[arg-type]
+    ner.set(ner_extractor)  # type: ignore[arg-type]
+    assert demo.call_started is None and ner.call_started == 7.5
+    assert registry.call_started() == 7.5
+    demo_extractor.call_started = 3.0
+    assert registry.call_started() == 3.0
+    ner_extractor.call_started = demo_extractor.call_started = None
+    assert registry.call_started() is None
 
 
 def test_api_model_slot_reports_changes_and_stops_retrying_on_close(

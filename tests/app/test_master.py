@@ -270,30 +270,38 @@ def test_master_reload_during_a_reload_is_kept_and_the_last_one_wins(
     assert "C" in log_lines(server.log, "reload done")[-1]
 
 
-# Test only, put on the workers' path as sitecustomize: the extractor they load never returns from a
-# call that holds the text HANG (a wedged runtime, which no deadline can stop).
+# Test only, put on the workers' path as sitecustomize: the model call of any batch holding the
+# character HANG never returns (a wedged runtime, which no deadline can stop).
 HANGING_LOADER = """\
 import threading
 
 import nlp.loader
 
+HANG = "鬯"
 _load = nlp.loader.load_extractor
 
 
-class _Hanging:
-    def __init__(self, inner):
-        self._inner = inner
+class _Wedged:
+    def __init__(self, inner, hang_id):
+        self._inner, self._hang_id = inner, hang_id
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
-    def run(self, plan, *, deadline=None):
-        if "HANG" in plan.texts:
+    def run(self, token_ids, segment_ids):
+        if (token_ids == self._hang_id).any():
             threading.Event().wait()
-        return self._inner.run(plan, deadline=deadline)
+        return self._inner.run(token_ids, segment_ids)
 
 
-nlp.loader.load_extractor = lambda options: _Hanging(_load(options))
+def load_extractor(options):
+    extractor = _load(options)
+    hang_id = extractor.tokenizer.encode(HANG).token_ids[0]
+    extractor.runtime = _Wedged(extractor.runtime, hang_id)
+    return extractor
+
+
+nlp.loader.load_extractor = load_extractor
 """
 
 
@@ -321,7 +329,7 @@ def test_master_a_model_call_that_never_returns_gets_its_worker_replaced(
 
         def send_hang() -> None:
             with contextlib.suppress(OSError):  # its worker is killed under it
-                post_json(server.port, {"text": "HANG"})
+                post_json(server.port, {"text": "张三出生于鬯。"})
 
         threading.Thread(target=send_hang, daemon=True).start()
         time.sleep(1)

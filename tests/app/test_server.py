@@ -252,23 +252,32 @@ def test_server_rss_watchdog_retires_worker(conf: dict[str, Any], caplog: Any) -
     assert "retiring it gracefully" in caplog.text
 
 
-def test_server_heartbeat_waits_while_a_model_call_runs(conf: dict[str, Any]) -> None:
-    """gthread's main loop beats once a second whatever its threads do; held during a model call,
-    the beat lets gunicorn's timeout replace a worker whose call never returns."""
+def test_server_heartbeat_stops_only_while_one_model_call_runs_long(conf: dict[str, Any]) -> None:
+    """gthread's main loop beats about once a second whatever its threads do. The beat goes on
+    between model calls and during a call's first second (calls back to back under load never
+    starve it), and stops while one call runs longer, so gunicorn's timeout replaces a worker
+    whose call never returns."""
     beats: list[int] = []
-    running: list[float | None] = [None]
+    started: list[float | None] = [None]
+    now = [100.0]
     worker = SimpleNamespace(notify=lambda: beats.append(1))
-    models = SimpleNamespace(call_started=lambda: running[0])
-    conf["hold_heartbeat_during_model_calls"](worker, models)
+    models = SimpleNamespace(call_started=lambda: started[0])
+    conf["hold_heartbeat_during_model_calls"](worker, models, clock=lambda: now[0])
     worker.notify()
     assert beats == [1]
-    running[0] = 12.5
+    for _ in range(5):  # calls back to back, each of them young when the loop wakes
+        started[0] = now[0] - 0.4
+        worker.notify()
+        now[0] += 1
+    assert beats == [1] * 6
+    started[0] = now[0] - 1.5  # one call has run past its first second: no beat while it runs
     worker.notify()
+    now[0] += 60
     worker.notify()
-    assert beats == [1]
-    running[0] = None
+    assert beats == [1] * 6
+    started[0] = None
     worker.notify()
-    assert beats == [1, 1]
+    assert beats == [1] * 7
 
 
 def test_server_gunicorn_conf_takes_the_handed_settings_and_parses_nothing(

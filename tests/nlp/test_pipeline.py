@@ -276,3 +276,27 @@ def test_pipeline_deadline_is_checked_between_model_calls(extractor, monkeypatch
     assert len(extractor.run(plan, deadline=100.0, clock=lambda: now[0])) == len(texts)
     with pytest.raises(DeadlineExceeded):
         extractor.run(plan, deadline=-1.0)  # already past: no model call at all
+
+
+def test_pipeline_call_started_is_set_for_each_model_call_only(extractor, monkeypatch):
+    """``call_started`` says when the model call running now began (a serving worker stops its
+    heartbeat on one that runs too long), and is None between calls, after a failed one too."""
+    import time
+
+    seen = []
+    real_run = extractor.runtime.run
+
+    def run(token_ids, segment_ids):
+        seen.append(extractor.call_started)
+        if len(seen) == 2:
+            raise RuntimeError("the runtime failed")
+        return real_run(token_ids, segment_ids)
+
+    monkeypatch.setattr(extractor.runtime, "run", run)
+    assert extractor.call_started is None
+    before = time.monotonic()
+    extractor.extract_batch(SENTENCES[:1])
+    with pytest.raises(RuntimeError, match="the runtime failed"):
+        extractor.extract_batch(SENTENCES[1:2])
+    assert len(seen) == 2 and all(t is not None and before <= t <= time.monotonic() for t in seen)
+    assert extractor.call_started is None

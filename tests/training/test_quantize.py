@@ -155,8 +155,10 @@ def test_quantize_a_failure_keeps_the_model_it_would_replace(
         return real_rename(self, target)
 
     monkeypatch.setattr(Path, "rename", failing)
-    with pytest.raises(OSError, match="No space"):
-        quantize_module.quantize(triples_model_dir, out, calibration=calib, force=True)
+    args = ["quantize", str(triples_model_dir), str(out), "--force"]
+    result = CliRunner().invoke(main, [*args, "--calibration", str(calibration)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.endswith(f"Error: cannot write {out}: No space left on device\n")
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.txt", "int8"]
 
