@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,6 +55,8 @@ PATTERNS: dict[str, str] = {
     "chat": "colloquial or chat register (我爸, 老公, 咱们, 太戳心了)",
     "no_fact": "no fact of the schema although names, places or dates occur",
 }
+
+logger = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -526,6 +529,23 @@ class Comparison:
         }
 
 
+def _made_from(manifest: Any) -> str | None:
+    """The sha256 of the ``saved_model.pb`` a converted model (int8, onnx, openvino) was made from,
+    as its ``model.json`` records it; None for a model trained or exported as it is."""
+    spec = manifest.engine_spec
+    record = spec.source if spec is not None else (manifest.quantization or {}).get("parent", {})
+    sha = record.get("saved_model_sha256") if isinstance(record, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def _own_graph(manifest: Any) -> str | None:
+    """The sha256 of a SavedModel directory's own ``saved_model.pb`` (None for another engine)."""
+    from nlp.manifest import sha256_file
+
+    graph = manifest.directory / "saved_model.pb"
+    return sha256_file(graph) if manifest.engine_spec is None and graph.is_file() else None
+
+
 def compare(
     model_dir: str | Path,
     baseline_dir: str | Path,
@@ -538,12 +558,26 @@ def compare(
     Both must answer the same task (``MismatchError``): triples and entities share no result."""
     from nlp.manifest import load_manifest
 
-    tasks = load_manifest(model_dir).task, load_manifest(baseline_dir).task
+    manifests = load_manifest(model_dir), load_manifest(baseline_dir)
+    tasks = manifests[0].task, manifests[1].task
     if tasks[0] != tasks[1]:
         raise MismatchError(
             f"{model_dir} answers {tasks[0]} and the baseline {baseline_dir} answers {tasks[1]}: "
             "compare two models of one task"
         )
+    made_from = [_made_from(m) for m in manifests]
+    if any(made_from):
+        lineage = [p or _own_graph(m) for p, m in zip(made_from, manifests, strict=True)]
+        if None not in lineage and lineage[0] != lineage[1]:
+            logger.warning(
+                "%s and the baseline %s do not come from one model (their SavedModels' "
+                "saved_model.pb differ: %s... and %s...): the comparison measures two models, not "
+                "a conversion",
+                model_dir,
+                baseline_dir,
+                str(lineage[0])[:12],
+                str(lineage[1])[:12],
+            )
     records = read_records(Path(data_path), check=_scorable(tasks[0]))
     run = _predict(model_dir, precision, records)
     reference = _predict(baseline_dir, baseline_precision, records).predicted

@@ -163,6 +163,27 @@ def test_quantize_a_failure_keeps_the_model_it_would_replace(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.txt", "int8"]
 
 
+@pytest.mark.slow
+def test_compare_warns_when_a_converted_model_is_not_from_its_baseline(
+    triples_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An int8 copy compared with another model than the one it was quantized from measures two
+    models, not the quantization: ``spo evaluate --baseline`` says so (it said nothing)."""
+    from training.evaluate import compare
+
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text("张三出生于北京。\n", encoding="utf-8")
+    out = tmp_path / "int8"
+    quantize_module.quantize(triples_model_dir, out, calibration=read_calibration(calibration))
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"text": "张三出生于北京。", "triples": []}\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="training.evaluate"):
+        compare(out, triples_model_dir, data)
+        assert "do not come from one model" not in caplog.text
+        compare(out, DEMO, data)
+    assert "do not come from one model" in caplog.text and str(DEMO) in caplog.text
+
+
 @pytest.fixture(scope="session")
 def int8_demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``spo quantize models/demo`` on 60 demo-corpus sentences (training names, not the held-out)."""
