@@ -82,7 +82,8 @@ RUN apt-get update -qq \
         python3 nginx-light tini libjemalloc2 >/dev/null \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log \
-    && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin spo
+    && groupadd --system --gid 10001 spo \
+    && useradd --system --uid 10001 --gid spo --home-dir /nonexistent --shell /usr/sbin/nologin spo
 COPY --from=venv /opt/venv /opt/venv
 ARG MODELS=models
 COPY ${MODELS} /models

@@ -210,7 +210,7 @@ def test_image_serves_nothing_as_root(container: Container) -> None:
     probe = container.exec(
         "sh",
         "-c",
-        'for s in /proc/[0-9]*/status; do grep -E "^(Name|Uid):" "$s" | tr "\\n" " "; echo; done',
+        'for s in /proc/[0-9]*/status; do grep -E "^(Name|Uid|Gid):" "$s" | tr "\\n" " "; echo; done',
     )
     assert probe.returncode == 0, probe.stderr
     processes = [line.split() for line in probe.stdout.splitlines() if line.strip()]
@@ -218,8 +218,13 @@ def test_image_serves_nothing_as_root(container: Container) -> None:
     assert {"nginx", "tini"} <= names, probe.stdout
     assert any(n.startswith(("python", "spo", "gunicorn")) for n in names), probe.stdout
     for fields in processes:
-        real, effective = fields[3], fields[4]  # Name: X Uid: real effective saved fs
-        assert real != "0" and effective != "0", f"running as root: {' '.join(fields)}"
+        # Name: X Uid: real effective saved fs Gid: real effective saved fs (X may hold spaces)
+        uids = fields[fields.index("Uid:") + 1 :][:4]
+        gids = fields[fields.index("Gid:") + 1 :][:4]
+        assert "0" not in uids[:2], f"running as root: {' '.join(fields)}"
+        # uid and gid 10001, as docs/deploy.md says and the manifests' runAsUser/runAsGroup and
+        # Compose's tmpfs mounts assume (useradd --user-group made the group a system gid).
+        assert uids == ["10001"] * 4 and gids == ["10001"] * 4, " ".join(fields)
 
 
 def test_image_check_config_sizes_one_worker(container: Container) -> None:
