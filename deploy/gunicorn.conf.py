@@ -9,8 +9,9 @@ again here); each worker builds its app from its generation's value (``app.servi
 - ``preload_app = False``: the master never imports TensorFlow; each worker creates the app after the fork
   and loads and warms its own session before it accepts (``app.web.model_slot``). ``timeout`` covers that.
 - gthread workers: requests overlap (health checks, validation) while model calls are serialized;
-  a worker's heartbeat stops while one model call runs past a second, so ``timeout`` also replaces
-  a worker whose model call never returns (``hold_heartbeat_during_model_calls``).
+  a worker's heartbeat counts from one second into the oldest model call still running, so
+  ``timeout`` also replaces a worker whose model call never returns
+  (``hold_heartbeat_during_model_calls``).
 - ``SPO_MICROBATCH_WAIT_MS`` > 0: each worker combines concurrent requests into one model call
   (``app.web.microbatch``); ``worker_exit`` drains and stops its batcher.
 - Memory stays flat: ``max_requests`` + jitter recycle workers, and the ``post_request`` RSS watchdog
@@ -140,7 +141,7 @@ def post_worker_init(worker: Any) -> None:
         )
 
 
-# A model call older than this holds the worker's heartbeat (``hold_heartbeat_during_model_calls``).
+# How far into the oldest model call still running a worker's heartbeat may count.
 HEARTBEAT_CALL_GRACE_S = 1.0
 
 
@@ -148,18 +149,21 @@ def hold_heartbeat_during_model_calls(
     worker: Any, models: Any, clock: Callable[[], float] = time.monotonic
 ) -> None:
     """gthread's main loop tells the master it is alive about once a second, whatever its request
-    threads do, so gunicorn's ``timeout`` never caught a model call that does not return. The beat
-    now stops while one model call (one bucket-shaped batch: seconds at most at the default limits)
-    has been running for more than ``HEARTBEAT_CALL_GRACE_S``. The loop wakes at least once a
-    second, so it beats during the first second of every call and between calls: calls back to back
-    under load never starve it, a long one only delays it, and one still running ``SPO_TIMEOUT``
-    after its first second gets the worker killed and replaced (SIGABRT, SIGKILL a second later)."""
+    threads do, so gunicorn's ``timeout`` never caught a model call that does not return. Each beat
+    is now dated no later than ``HEARTBEAT_CALL_GRACE_S`` into the oldest model call still running
+    (one bucket-shaped batch: seconds at most at the default limits; with several models, calls of
+    each run at once): gunicorn's timeout counts from there, so a call still running ``SPO_TIMEOUT``
+    after its first second gets the worker killed and replaced (SIGABRT, SIGKILL a second later),
+    while calls that end, however many and however they overlap, keep it alive."""
     beat = worker.notify
 
     def notify() -> None:
+        beat()
         started = models.call_started()
-        if started is None or clock() - started <= HEARTBEAT_CALL_GRACE_S:
-            beat()
+        late = clock() - started - HEARTBEAT_CALL_GRACE_S if started is not None else 0.0
+        if late > 0:  # gunicorn's own clock, whatever it is, moved back by as much
+            dated = worker.tmp.last_update() - late
+            os.utime(worker.tmp.fileno(), (dated, dated))
 
     worker.notify = notify
 

@@ -98,7 +98,9 @@ def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     a failed export never leaves a half-written model directory. The model it replaces is moved
     aside first and deleted only once the new one is in place (put back if that fails): it was
     deleted first, so a kill or an error in between lost both. What ``out`` may be is
-    ``training.conversion.replaceable``'s rule (``FileExistsError`` otherwise)."""
+    ``training.conversion.replaceable``'s rule (``FileExistsError`` otherwise), checked before the
+    work and again before the move: a directory another run made at ``out`` meanwhile is never
+    replaced without ``force``, nor one of other files at all."""
     from training.conversion import replaceable
 
     reason = replaceable(out, force=force)
@@ -108,6 +110,9 @@ def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield staging / "model"
+        reason = replaceable(out, force=force)
+        if reason is not None:
+            raise FileExistsError(reason)
         replaced = staging / "replaced"
         if out.exists():
             out.rename(replaced)

@@ -101,13 +101,20 @@ def _cannot_write(path: Path, exc: OSError) -> click.ClickException:
 
 
 def _conversion_failed(out: Path, exc: OSError) -> click.ClickException:
-    """A converter's output that could not be put in place: another run made OUT meanwhile (what
-    ``staged_model_dir`` checks again at the end), or the file system failed (a full disk); the
-    directory OUT replaces, if any, is as it was."""
+    """A converter's failure of the file system: another run made OUT meanwhile (what
+    ``staged_model_dir`` checks again before the move), a full disk, an unreadable input; the
+    directory OUT replaces, if any, is as it was. A path in the converter's staging folder (gone by
+    now) is named as OUT."""
     if isinstance(exc, FileExistsError) and exc.errno is None:
         return click.ClickException(str(exc))
-    where = exc.filename if exc.filename is not None else out
-    return click.ClickException(f"cannot write {where}: {exc.strerror or exc}")
+    where = Path(exc.filename) if exc.filename is not None else out
+    try:
+        staged = where.relative_to(out.parent).parts[0].startswith(f".{out.name}.")
+    except (ValueError, IndexError):
+        staged = False
+    if where == out or staged:
+        return _cannot_write(out, exc)
+    return click.ClickException(f"{where}: {exc.strerror or exc}")
 
 
 def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:

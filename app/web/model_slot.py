@@ -22,7 +22,7 @@ one batcher thread per worker makes the model calls, through ``extract_batch`` a
 
 A model call that never returns (a wedged runtime) is the one thing a deadline cannot stop: gthread's
 main loop heartbeats to gunicorn's master whatever its request threads do, so ``call_started`` is
-what ``deploy/gunicorn.conf.py`` stops the heartbeat on, and gunicorn replaces the worker once a
+what ``deploy/gunicorn.conf.py`` dates the heartbeat by, and gunicorn replaces the worker once a
 call has run past ``SPO_TIMEOUT``.
 
 Deadlines (``SPO_REQUEST_TIMEOUT``): a request waits for ``lock`` at most until its deadline, and the
@@ -99,9 +99,9 @@ class ModelSlot:
     @property
     def call_started(self) -> float | None:
         """When the extractor's model call running now began (``time.monotonic()``; one bucket-shaped
-        batch), or ``None`` between calls. The worker's heartbeat to gunicorn stops once a call has
-        run past a second (``deploy/gunicorn.conf.py``), so a call that never returns gets its
-        worker replaced after ``SPO_TIMEOUT``."""
+        batch), or ``None`` between calls. The worker's heartbeat to gunicorn counts from one second
+        into the oldest call still running (``deploy/gunicorn.conf.py``), so a call that never
+        returns gets its worker replaced after ``SPO_TIMEOUT``."""
         extractor = self._extractor
         return extractor.call_started if extractor is not None else None
 

@@ -420,3 +420,21 @@ def test_evaluate_refuses_a_baseline_of_another_task(triples_model_dir, entities
     assert "answers triples and the baseline" in result.output
     assert "answers entities: compare two models of one task" in result.output
     assert "Traceback" not in result.output
+
+
+def test_converter_file_system_errors_name_the_right_path(tmp_path):
+    """A failure inside a converter's staging folder (gone by the time it is reported) names the
+    output; an input that cannot be read is named as itself, not as something written."""
+    from app.cli.model import _conversion_failed
+
+    out = tmp_path / "int8"
+    staged = tmp_path / ".int8.x1y2" / "model" / "model.onnx"
+    full = OSError(28, "No space left on device", str(staged))
+    assert _conversion_failed(out, full).message == f"cannot write {out}: No space left on device"
+    unreadable = OSError(13, "Permission denied", str(tmp_path / "calib.txt"))
+    assert (
+        _conversion_failed(out, unreadable).message
+        == f"{tmp_path / 'calib.txt'}: Permission denied"
+    )
+    raced = FileExistsError(f"{out} exists (use --force to replace it)")
+    assert _conversion_failed(out, raced).message == f"{out} exists (use --force to replace it)"

@@ -252,32 +252,47 @@ def test_server_rss_watchdog_retires_worker(conf: dict[str, Any], caplog: Any) -
     assert "retiring it gracefully" in caplog.text
 
 
-def test_server_heartbeat_stops_only_while_one_model_call_runs_long(conf: dict[str, Any]) -> None:
-    """gthread's main loop beats about once a second whatever its threads do. The beat goes on
-    between model calls and during a call's first second (calls back to back under load never
-    starve it), and stops while one call runs longer, so gunicorn's timeout replaces a worker
-    whose call never returns."""
-    beats: list[int] = []
+def test_server_heartbeat_counts_from_the_oldest_model_call_still_running(
+    conf: dict[str, Any], tmp_path: Path
+) -> None:
+    """gthread's main loop beats about once a second whatever its threads do. Each beat is dated no
+    later than a second into the oldest model call still running, so gunicorn's timeout replaces a
+    worker whose call never returns, while calls that end (back to back, or two models' calls
+    overlapping) keep it alive."""
+    heartbeat = tmp_path / "heartbeat"
+    heartbeat.write_bytes(b"")
+    fd = os.open(heartbeat, os.O_RDONLY)
+    now = [1000.0]
     started: list[float | None] = [None]
-    now = [100.0]
-    worker = SimpleNamespace(notify=lambda: beats.append(1))
+
+    def beat() -> None:  # gunicorn's WorkerTmp.notify, on a clock of the test's
+        os.utime(fd, (now[0], now[0]))
+
+    tmp = SimpleNamespace(fileno=lambda: fd, last_update=lambda: os.fstat(fd).st_mtime)
+    worker = SimpleNamespace(notify=beat, tmp=tmp)
     models = SimpleNamespace(call_started=lambda: started[0])
     conf["hold_heartbeat_during_model_calls"](worker, models, clock=lambda: now[0])
-    worker.notify()
-    assert beats == [1]
-    for _ in range(5):  # calls back to back, each of them young when the loop wakes
-        started[0] = now[0] - 0.4
+    try:
         worker.notify()
-        now[0] += 1
-    assert beats == [1] * 6
-    started[0] = now[0] - 1.5  # one call has run past its first second: no beat while it runs
-    worker.notify()
-    now[0] += 60
-    worker.notify()
-    assert beats == [1] * 6
-    started[0] = None
-    worker.notify()
-    assert beats == [1] * 7
+        assert tmp.last_update() == 1000.0
+        # Two models' calls overlapping, each 3 s, half a call apart: the oldest is always younger
+        # than 3 s, so the beat is never more than 2 s behind.
+        for k in range(200):
+            now[0] += 1
+            started[0] = now[0] - (k % 3) * 0.5 - 1.5
+            worker.notify()
+            assert now[0] - tmp.last_update() <= 2.0
+        # One call wedged: the beat stays one second into it, however long it runs.
+        started[0] = now[0] - 0.5
+        for _ in range(300):
+            now[0] += 1
+            worker.notify()
+        assert tmp.last_update() == started[0] + 1.0
+        started[0] = None
+        worker.notify()
+        assert tmp.last_update() == now[0]
+    finally:
+        os.close(fd)
 
 
 def test_server_gunicorn_conf_takes_the_handed_settings_and_parses_nothing(

@@ -232,3 +232,21 @@ def test_a_replaced_model_is_deleted_only_once_the_new_one_is_in_place(
         (target / "model.json").write_text('{"version": "newer"}', encoding="utf-8")
     assert json.loads((out / "model.json").read_text(encoding="utf-8"))["version"] == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_directory_made_at_out_during_the_work_is_never_replaced_without_force(
+    tmp_path: Path,
+) -> None:
+    """``staged_model_dir`` checks ``out`` again before the move: a folder another run made there
+    while this one worked was moved aside and deleted, even without ``--force``."""
+    from training.export import staged_model_dir
+
+    out = tmp_path / "model"
+    for force in (False, True):
+        with pytest.raises(FileExistsError), staged_model_dir(out, force=force) as target:
+            target.mkdir()
+            (target / "model.json").write_text("{}", encoding="utf-8")
+            out.mkdir(exist_ok=True)
+            (out / "precious.txt").write_text("mine", encoding="utf-8")
+        assert (out / "precious.txt").read_text(encoding="utf-8") == "mine"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing staged is left
