@@ -313,7 +313,8 @@ def test_master_a_model_call_that_never_returns_gets_its_worker_replaced(
 ) -> None:
     """gthread's main loop heartbeats whatever its request threads do, so gunicorn's timeout never
     caught a model call that does not return: the worker kept its lock forever and every later
-    request to it waited out its deadline. The heartbeat now waits while a model call runs."""
+    request to it waited out its deadline. Each beat is now dated at most a second into the oldest
+    model call still running."""
     plugin = tmp_path / "plugin"
     plugin.mkdir()
     (plugin / "sitecustomize.py").write_text(HANGING_LOADER, encoding="utf-8")
