@@ -10,6 +10,12 @@ length (``"İ".lower()`` is two characters). On ordinary text the two agree exac
 (``tests/nlp/test_tokenization.py`` checks it); on every other ``str`` ours still gives
 ``text[start:end]`` covering exactly the characters the token came from.
 
+The word-piece loop is bert4keras's greedy longest match, with one bound it lacks: no candidate
+is longer than the vocabulary's longest token. bert4keras tries every end down from the word's
+end, so a 200-character word of letters costs 20,000 lookups and ends as one ``[UNK]`` (a request
+of such words took seconds to tokenize, before any deadline or token cap could refuse it); bounded,
+the same pieces come out in ``len(word) x longest`` lookups.
+
 One class differs from bert4keras's: the line and paragraph separators U+2028 and U+2029 (Unicode
 categories Zl and Zp; ``str.isspace()`` is true of both) separate words like any space. bert4keras
 takes only category Zs for space, so each became an ``[UNK]`` token, which a model could take into
@@ -87,6 +93,9 @@ class Tokenizer:
         self.cls_id = token_dict["[CLS]"]
         self.sep_id = token_dict["[SEP]"]
         self.vocab_size = max(token_dict.values()) + 1
+        # No word piece (``##`` included) is longer: a longer candidate cannot be in the vocabulary.
+        self._longest = max(len(t) for t in token_dict)
+        self._word_maxlen: int = self._b4k._word_maxlen
 
     @classmethod
     def from_file(cls, path: str | Path, *, do_lower_case: bool = True) -> Tokenizer:
@@ -133,12 +142,38 @@ class Tokenizer:
         flush()
         return out
 
+    def word_pieces(self, word: str) -> list[str]:
+        """bert4keras's ``_word_piece_tokenize`` (greedy longest match, ``##`` after the first piece;
+        ``[word]`` when a part matches nothing or the word is over its 200 characters), trying no
+        candidate longer than the vocabulary's longest token.
+
+        >>> Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "ab": 4, "##c": 5}).word_pieces("abc")
+        ['ab', '##c']
+        """
+        if len(word) > self._word_maxlen:
+            return [word]
+        vocab = self._vocab
+        pieces: list[str] = []
+        start = 0
+        while start < len(word):
+            end = min(len(word), start + self._longest)
+            while end > start:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in vocab:
+                    break
+                end -= 1
+            if end == start:
+                return [word]
+            pieces.append(piece)
+            start = end
+        return pieces
+
     def encode(self, text: str) -> Encoding:
         """Ids and offsets for every token of ``text``; no truncation (windowing is the caller's)."""
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
         for word, origins in self.words(text):
-            pieces: list[str] = self._b4k._word_piece_tokenize(word)
+            pieces = self.word_pieces(word)
             if len(pieces) == 1 and pieces[0] == word and word not in self._vocab:
                 ids.append(self.unk_id)
                 offsets.append((origins[0], origins[-1] + 1))

@@ -102,3 +102,34 @@ def test_tokenization_property_any_string_gives_valid_offsets(tokenizer, text):
     enc = tokenizer.encode(text)
     for start, end in enc.offsets:
         assert 0 <= start < end <= len(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789é", max_size=60)
+    | st.sampled_from(["a" * 200, "a" * 201, "ab" * 100 + "ꙮ", "unaffable", "playing"])
+)
+def test_tokenization_word_pieces_are_bert4kerass(tokenizer, word):
+    assert tokenizer.word_pieces(word) == tokenizer.bert4keras._word_piece_tokenize(word)
+
+
+class _CountingVocab(dict):
+    lookups = 0
+
+    def __contains__(self, key):
+        type(self).lookups += 1
+        return super().__contains__(key)
+
+
+def test_tokenization_word_pieces_try_no_candidate_longer_than_the_vocab(vocab_path):
+    """bert4keras tries every end of a word: 20,100 lookups for 200 letters of which only single
+    letters are pieces, and 64 texts of 49 such words took seconds before any limit applied."""
+    from nlp.vocab import read_vocab
+
+    vocab = read_vocab(vocab_path)
+    tok = Tokenizer(vocab)
+    tok._vocab = _CountingVocab(tok._vocab)
+    longest = max(len(t) for t in vocab)
+    word = "qxzjkv" * 33 + "ꙮ"  # 199 characters, the last one in no piece: the whole word is [UNK]
+    assert tok.word_pieces(word) == [word]
+    assert _CountingVocab.lookups <= len(word) * longest
