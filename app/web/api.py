@@ -224,11 +224,9 @@ def _plan(model: ServedModel, texts: Sequence[object], field: str) -> Any:
         raise _not_ready(model) from None
 
 
-def _run(model: ServedModel, plan: Any) -> list[Extraction]:
-    """``plan`` run on ``model``, through its micro-batcher when it has one, within
-    ``SPO_REQUEST_TIMEOUT`` (504 ``deadline_exceeded`` past it)."""
-    limits = settings()
-    deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
+def _run(model: ServedModel, plan: Any, deadline: float | None) -> list[Extraction]:
+    """``plan`` run on ``model``, through its micro-batcher when it has one, by ``deadline``
+    (``time.monotonic``; 504 ``deadline_exceeded`` past it)."""
     combiner: MicroBatcher[Any] | None = model.batcher
     try:
         if combiner is None:
@@ -246,13 +244,17 @@ def _run(model: ServedModel, plan: Any) -> list[Extraction]:
 
 # -- endpoints -----------------------------------------------------------------------------------
 def _extract_response(model: ServedModel) -> Response:
-    texts, field = parse_extract_request(read_json_body(), settings())
+    # SPO_REQUEST_TIMEOUT counts from here: reading, checking and tokenizing the texts are part of
+    # the request's time (past the deadline, the run stops before its first model call).
+    limits = settings()
+    deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
+    texts, field = parse_extract_request(read_json_body(), limits)
     g.spo_texts = len(texts)  # for the metrics and the access log (app.web.metrics)
     plan = _plan(model, texts, field)
     brief = _model_brief(model)
     if settings().log_input_text:
         g.spo_input = texts  # checked by the plan
-    results = _run(model, plan)
+    results = _run(model, plan, deadline)
     return jsonify({"model": brief, "results": [r.to_dict() for r in results]})
 
 

@@ -78,12 +78,14 @@ class FakePlan:
 
 class FakeExtractor:
     """Finds every '北京' as a 地点; ``fail`` makes the next call raise it; ``delay``: seconds each
-    call takes, after which a call past its deadline raises ``DeadlineExceeded``."""
+    call takes, after which a call past its deadline raises ``DeadlineExceeded``; ``plan_delay``:
+    seconds each plan takes (tokenizing)."""
 
     def __init__(self, model_dir: Path) -> None:
         self.manifest = load_manifest(model_dir, check_files=False)
         self.fail: BaseException | None = None
         self.delay = 0.0
+        self.plan_delay = 0.0
         self.calls: list[list[str]] = []
         self.plans = 0
         self.deadlines: list[float | None] = []
@@ -98,6 +100,7 @@ class FakeExtractor:
     ) -> FakePlan:
         """Checks texts as ``Extractor.plan`` does; ``plans`` counts the calls."""
         self.plans += 1
+        time.sleep(self.plan_delay)
         limit = DEFAULT_MAX_TEXT_CHARS if max_text_chars is None else max_text_chars
         checked = [
             check_text(t, limit, f"{field}[{i}]" if field == "texts" else field)

@@ -64,6 +64,24 @@ def test_limits_request_past_its_deadline_is_504(
     assert deadline is not None and deadline == pytest.approx(started + 0.1, abs=0.5)
 
 
+def test_limits_the_deadline_counts_from_the_request_not_from_its_first_model_call(
+    make_fake_app: Callable[..., Flask], fake_extractor: FakeExtractor
+) -> None:
+    """Tokenizing is the request's time too: a request whose texts took past its deadline to plan
+    stopped only after its model calls (a request of long letter-words tokenized for 19 s under a
+    5 s deadline, then ran)."""
+    fake_extractor.plan_delay = 0.3
+    client = make_fake_app(request_timeout=0.1).test_client()
+    started = time.monotonic()
+    response = client.post("/v1/extract", json={"text": "北京"})
+    assert response.status_code == 504
+    assert response.get_json()["code"] == "deadline_exceeded"
+    deadline = fake_extractor.deadlines[-1] if fake_extractor.deadlines else None
+    assert deadline is None or deadline < started + 0.3  # never counted from after the plan
+    fake_extractor.plan_delay = 0.0
+    assert client.post("/v1/extract", json={"text": "北京"}).status_code == 200
+
+
 def test_limits_a_request_waiting_for_the_model_gives_up_at_its_deadline(
     make_fake_app: Callable[..., Flask], fake_extractor: FakeExtractor
 ) -> None:
