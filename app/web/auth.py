@@ -57,9 +57,16 @@ def authorized(header: str, tokens: tuple[str, ...]) -> bool:
     return scheme.lower() == "bearer" and any(matches)
 
 
+def _preflight() -> bool:
+    """A browser's CORS preflight: browsers send it without credentials (the Fetch standard), so
+    guarding it would keep every allowed origin (``SPO_CORS_ORIGINS``) from calling a guarded API.
+    It reaches no view: Flask answers it with the route's ``Allow``, flask-cors adds its headers."""
+    return request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
+
+
 def _authenticate() -> None:
     settings: Settings = current_app.extensions["spo.settings"]
-    if not guarded(request.path, settings):
+    if not guarded(request.path, settings) or _preflight():
         return
     if not settings.api_tokens:  # SPO_AUTH_TOKENS_FILE unreadable when this worker started
         raise ApiError(

@@ -46,9 +46,10 @@ def test_web_page_has_the_controls_the_demo_needs(client: FlaskClient) -> None:
 
 
 def test_web_docs_serve_swagger_ui_locally(client: FlaskClient) -> None:
-    redirect = client.get("/docs")
+    redirect = client.get("/docs", headers={"Host": "evil.example"})
     assert redirect.status_code == 308
-    assert redirect.headers["Location"].endswith("/docs/")
+    assert redirect.headers["Location"] == "docs/"  # relative: never the client's Host
+    assert redirect.get_data() == b""
     docs = client.get("/docs/")
     assert docs.status_code == 200
     html = docs.get_data(as_text=True)
@@ -94,6 +95,34 @@ def test_web_cors_allow_list(make_fake_app: Callable[..., Flask]) -> None:
         "/v1/extract", json={"text": "北京"}, headers={"Origin": "https://evil.test"}
     )
     assert "Access-Control-Allow-Origin" not in other.headers
+
+
+def test_web_cors_preflight_needs_no_token_when_the_api_has_tokens(
+    make_fake_app: Callable[..., Flask],
+) -> None:
+    """Browsers send a preflight without credentials: guarded, no allowed origin could call the API."""
+    token = "a-token-of-16-chars"
+    client = make_fake_app(cors_origins=(ORIGIN,), auth_tokens=(token,)).test_client()
+    preflight = client.options(
+        "/v1/extract",
+        headers={
+            "Origin": ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert "authorization" in preflight.headers["Access-Control-Allow-Headers"].lower()
+    # The request itself still needs its token.
+    headers = {"Origin": ORIGIN}
+    refused = client.post("/v1/extract", json={"text": "北京"}, headers=headers)
+    assert refused.status_code == 401
+    assert refused.headers["Access-Control-Allow-Origin"] == ORIGIN
+    headers["Authorization"] = f"Bearer {token}"
+    assert client.post("/v1/extract", json={"text": "北京"}, headers=headers).status_code == 200
+    # An OPTIONS that is no preflight is guarded like any other method.
+    assert client.options("/v1/extract").status_code == 401
 
 
 def test_web_cors_origins_setting_is_checked(triples_model_dir: Path) -> None:
