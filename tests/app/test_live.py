@@ -319,6 +319,12 @@ def test_live_nginx_rate_limit_answers_429_problems(stack: Stack) -> None:
         assert refused[0].json()["code"] == "rate_limited"
         assert refused[0].headers["retry-after"] == "1"
         assert all(call(port, "GET", "/healthz").status == 200 for _ in range(5))  # never limited
+        # The path as the app routes it is limited, however it is spelled.
+        time.sleep(3)  # the budget refills
+        for spelling in ("/%761/model", "//v1/model", "/v1/./model"):
+            statuses = [call(port, "GET", spelling).status for _ in range(8)]
+            assert statuses.count(429) >= 4, (spelling, statuses)
+            time.sleep(3)
     finally:
         stop_nginx(limited)
 

@@ -147,7 +147,7 @@ def test_openapi_declares_nginx_rate_limit_on_the_paths_it_limits(make_fake_app:
     """With SPO_RATE_LIMIT, nginx answers 429 ``rate_limited`` on the paths its ``$spo_rate_key`` map
     keys (deploy/nginx.conf); the document declares it there and nowhere else, and not without it."""
     conf = (PROJECT_ROOT / "deploy" / "nginx.conf").read_text(encoding="utf-8")
-    block = re.search(r"map \$request_uri \$spo_rate_key \{(.*?)\}", conf, re.DOTALL)
+    block = re.search(r"map \$uri \$spo_rate_key \{(.*?)\}", conf, re.DOTALL)
     assert block is not None
     limited = re.findall(r'^\s*"~([^"]+)"\s+\$binary_remote_addr;', block.group(1), re.M)
     assert limited
