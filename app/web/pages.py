@@ -80,6 +80,16 @@ def _browser_headers(response: Response) -> Response:
     return response
 
 
+@bp.get(DOCS_URL)
+def docs_redirect() -> Response:
+    """``/docs`` to ``/docs/`` by a relative ``Location`` and no body. Werkzeug's own slash redirect
+    built an absolute one from the client's ``Host`` (``http://evil.example/docs/``), with an HTML
+    body; ``docs/`` also keeps a path prefix a proxy in front may add."""
+    response = Response(status=308)
+    response.headers["Location"] = "docs/"
+    return response
+
+
 def _init_docs(app: Flask) -> None:
     """Swagger UI at ``/docs/`` (``/docs`` redirects there) over ``/openapi.json``."""
     from flask_swagger_ui import get_swaggerui_blueprint
