@@ -147,14 +147,20 @@ def extract(
     # SIGTERM (kill, a container stopped or evicted) ends the run as Ctrl-C does: the workers
     # stopped, the output whole up to its last checkpoint, and a line saying how to go on.
     # (Python sets signal handlers from the main thread only; a command run elsewhere keeps its own.)
+    # A stream the command was started without (cron's closed stdin, `>&-`) is None: refused only
+    # where the run would use it.
+    if sys.stdin is None and "-" in inputs:
+        raise click.UsageError("stdin is closed: there is nothing to read as - (name a file)")
+    if sys.stdout is None and output == "-":
+        raise click.UsageError("stdout is closed: name an output file with -o")
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
     try:
         summary = run_batch(
             options,
-            stdin=sys.stdin.buffer,
-            stdout=sys.stdout.buffer,
-            progress=not quiet and sys.stderr.isatty(),
+            stdin=sys.stdin.buffer if sys.stdin is not None else None,
+            stdout=sys.stdout.buffer if sys.stdout is not None else None,
+            progress=not quiet and sys.stderr is not None and sys.stderr.isatty(),
         )
     except BatchError as exc:
         raise click.UsageError(str(exc)) from None

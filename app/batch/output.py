@@ -98,11 +98,24 @@ class Checkpoint:
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint:
+        """The checkpoint in ``path``, its fields checked (a changed one would resume at the wrong
+        place, writing records twice or not at all): ``OutputError`` for anything else."""
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ValueError(f"a JSON {type(doc).__name__}, not an object")
             if doc.get("version") != CHECKPOINT_VERSION:
                 raise ValueError(f"version {doc.get('version')!r}")
-            return cls(**doc)
+            saved = cls(**doc)
+            counts = {"done": saved.done, "bytes": saved.bytes, "errors": saved.errors}
+            for name, value in counts.items():
+                if type(value) is not int or value < 0:
+                    raise ValueError(f"{name} is {value!r}, not a count")
+            if not isinstance(saved.fingerprint, dict):
+                raise ValueError("its fingerprint is not an object")
+            if saved.errors > saved.done or (saved.done == 0) != (saved.bytes == 0):
+                raise ValueError(f"done {saved.done}, errors {saved.errors}, bytes {saved.bytes}")
+            return saved
         except (OSError, ValueError, TypeError) as exc:
             raise OutputError(
                 f"{path}: unreadable checkpoint ({exc}); use --force to start over"
@@ -267,6 +280,13 @@ class FileOutput(Output):
                     f"cannot resume: the last checkpointed line of {self.path} is not the record "
                     f"{json.dumps(saved.last_id)}; the file was changed (use --force to start over)"
                 )
+            # One line per record: a count that disagrees would skip or repeat input records.
+            lines = _lines_in(self.path, saved.bytes)
+            if lines != saved.done:
+                raise OutputError(
+                    f"cannot resume: {self.path} holds {lines} records up to its checkpoint, which "
+                    f"counts {saved.done}; one of them was changed (use --force to start over)"
+                )
         self.checkpoint = saved
         self.resuming = True
 
@@ -343,6 +363,11 @@ def _lock(path: Path) -> tuple[int, bool]:
             try:
                 fd, created = os.open(path, os.O_WRONLY), False
             except FileNotFoundError:
+                if path.is_symlink():  # O_EXCL never follows a link: it would loop here for good
+                    raise OutputError(
+                        f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+                        "create that file, or name the output itself"
+                    ) from None
                 continue  # removed in between (a run that gave up before writing): create it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -395,6 +420,19 @@ def _busy(path: Path) -> OutputError:
         f"{path} is being written by another spo extract run right now; wait for it to end (or "
         "stop it: its output can be resumed with --resume)"
     )
+
+
+def _lines_in(path: Path, size: int) -> int:
+    """Newlines in the first ``size`` bytes of ``path``, read a MiB at a time."""
+    count = 0
+    with path.open("rb") as fh:
+        while size > 0:
+            block = fh.read(min(size, 1 << 20))
+            if not block:
+                break
+            count += block.count(b"\n")
+            size -= len(block)
+    return count
 
 
 def _line_before(path: Path, offset: int) -> bytes:

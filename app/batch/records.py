@@ -147,7 +147,9 @@ def iter_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
     """
     first = True
     while True:
-        line = stream.readline(limit + 1)
+        # A BOM before the first line is no part of it: read past it, or the limit would cut the
+        # line 3 bytes short and its rest would be taken for more lines.
+        line = stream.readline(limit + 1 + (len(_BOM) if first else 0))
         if not line:
             return
         if first:

@@ -29,10 +29,12 @@ from typing import Any, BinaryIO
 from tqdm import tqdm
 
 from app.batch.output import (
+    TMP_SUFFIX,
     FileOutput,
     Output,
     OutputError,
     StreamOutput,
+    checkpoint_path,
     dumps_line,
     is_error,
 )
@@ -139,6 +141,14 @@ class BatchOptions:
                 for i in self.inputs
                 if i != "-" and is_same_file(i, self.output)
             ]
+            sidecar = checkpoint_path(Path(self.output))
+            out += [
+                f"the input {i} is the output's checkpoint {side}, which the run replaces and "
+                "removes: rename the input or choose another output"
+                for i in self.inputs
+                for side in (str(sidecar), str(sidecar) + TMP_SUFFIX)
+                if i != "-" and is_same_file(i, side)
+            ]
         return out
 
 
@@ -211,16 +221,19 @@ def run_batch(
     Raises ``BatchError`` (or ``OutputError``, ``InputError``, ``ModelLoadError``) for what stops a
     run; bad records never do: they become error records.
     """
-    problems = options.problems()
+    problems = options.problems() + _stream_problems(options, stdin, stdout)
     if problems:
         raise BatchError("; ".join(problems))
     try:
         sources = [source_for(name, options.input_format) for name in options.inputs]
-        prints = [fingerprint(s) for s in sources]
-    except OSError as exc:
-        raise InputError(f"cannot read input {exc.filename or ''}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise InputError(str(exc)) from exc
+    except ValueError as exc:  # a format not given and not told by the name: a usage error
+        raise BatchError(str(exc)) from exc
+    prints = []
+    for source in sources:
+        try:
+            prints.append(fingerprint(source))
+        except OSError as exc:
+            raise InputError(f"cannot read input {source.name}: {exc.strerror or exc}") from exc
     run_print = _run_fingerprint(options, sources, prints)
     output = _output(options, run_print, stdout)
     output.claim()  # before the model loads: a refused run is refused at once, and stays refused
@@ -229,6 +242,39 @@ def run_batch(
     except BaseException:
         output.abort()  # the output as it was found, or whole up to its last checkpoint
         raise
+
+
+def _stream_problems(
+    options: BatchOptions, stdin: BinaryIO | None, stdout: BinaryIO | None
+) -> list[str]:
+    """What the run's own streams rule out: stdin (``-``) named again as a path (``/dev/stdin``),
+    and stdout (``-o -``) redirected onto an input (``>> in.txt``: each record written would be read
+    back as input, and the file would grow until the disk is full)."""
+    out = []
+    named = [i for i in options.inputs if i != "-"]
+    if "-" in options.inputs and stdin is not None:
+        out += [
+            f"the input {name} is stdin (-) again: stdin can be read only once"
+            for name in named
+            if _is_stream_file(name, stdin)
+        ]
+    if options.output == "-" and stdout is not None:
+        out += [
+            f"stdout is the input {name}: its records would be read back as input; use -o FILE"
+            for name in named
+            if _is_stream_file(name, stdout)
+        ]
+    return out
+
+
+def _is_stream_file(name: str, stream: BinaryIO) -> bool:
+    """Whether the file named ``name`` is the one open as ``stream`` (by device and inode)."""
+    try:
+        mine = os.fstat(stream.fileno())
+        there = os.stat(name)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's BytesIO): not one
+        return False
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _output(options: BatchOptions, run_print: dict[str, Any], stdout: BinaryIO | None) -> Output:
@@ -394,7 +440,12 @@ def _after_read_error(exc: BaseException) -> str:
             "the input is corrupt: the records written before this point may have been read from "
             "its damaged data; replace it and run again with --force"
         )
-    return "the output so far is complete and resumable"
+    if isinstance(exc, EOFError):
+        return (
+            "the input is cut short: the output so far is complete; once the input is whole, run "
+            "again with --force (--resume continues only the input it started on)"
+        )
+    return "the output so far is complete: when the input can be read, add --resume to continue"
 
 
 def _total(sources: list[Source], options: BatchOptions) -> int | None:

@@ -174,14 +174,15 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
     try:
         extractor = factory(spec.options)
     except SpoError as exc:
-        conn.send(("failed", f"{exc.code}: {exc.message}"))
+        _tell(conn, ("failed", f"{exc.code}: {exc.message}"))
         return
     except Exception:
-        conn.send(("failed", traceback.format_exc()))
+        _tell(conn, ("failed", traceback.format_exc()))
         return
     me = psutil.Process()
-    conn.send(("ready", os.getpid()))
     try:
+        if not _tell(conn, ("ready", os.getpid())):
+            return  # the parent went away while the model loaded
         while True:
             try:
                 message = conn.recv()
@@ -191,12 +192,19 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
                 break
             chunk_id, texts = message
             outcomes = run_chunk(extractor, texts, spec)
-            try:
-                conn.send(("done", chunk_id, outcomes, me.memory_info().rss))
-            except OSError:
-                break  # the parent is gone
+            if not _tell(conn, ("done", chunk_id, outcomes, me.memory_info().rss)):
+                break
     finally:
         extractor.close()
+
+
+def _tell(conn: Connection, message: tuple[Any, ...]) -> bool:
+    """Send ``message`` to the parent; False when it is gone (killed: nobody is left to tell)."""
+    try:
+        conn.send(message)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
+    return True
 
 
 class _Worker:

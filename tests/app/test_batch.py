@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from app.batch import BatchOptions, BatchSummary, run_batch
 from app.batch.output import OutputError
 from app.batch.records import InputError
+from app.batch.runner import BatchError
 from app.cli import main
 from tests.app.test_batch_fakes import BOOM, HANG, SLOW, FakeFactory
 
@@ -661,3 +662,78 @@ def test_batch_cli_stopped_while_its_model_loads_says_the_output_is_as_it_was(
     fresh = CliRunner().invoke(main, [*args, str(tmp_path / "new.jsonl")])
     assert fresh.exit_code == 130 and "nothing was written" in fresh.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "o.jsonl"]
+
+
+def test_batch_refuses_stdin_named_again_and_stdout_onto_an_input(tmp_path: Path) -> None:
+    """``- /dev/stdin`` read stdin twice (every record written twice); ``>> in.txt`` read its own
+    records back as input, growing the file until the disk was full."""
+    path = tmp_path / "in.txt"
+    path.write_text("张三在北京\n", encoding="utf-8")
+    with path.open("rb") as stdin:
+        options = BatchOptions(inputs=("-", str(path)), output="-", model_dir=tmp_path, workers=0)
+        with pytest.raises(BatchError, match=f"the input {path} is stdin"):
+            run_batch(options, factory=FAKE, stdin=stdin)
+    with path.open("ab") as stdout:
+        options = BatchOptions(inputs=(str(path),), output="-", model_dir=tmp_path, workers=0)
+        with pytest.raises(BatchError, match=f"stdout is the input {path}"):
+            run_batch(options, factory=FAKE, stdout=stdout)
+    assert path.read_text(encoding="utf-8") == "张三在北京\n"
+
+
+_CLI_WITH_FAKE = (
+    "import functools, sys; from app.batch import command, run_batch; "
+    "from tests.app.test_batch_fakes import FakeFactory; "
+    "command.run_batch = functools.partial(run_batch, factory=FakeFactory()); "
+    "from app.cli import main; main(sys.argv[1:])"
+)
+
+
+@pytest.mark.parametrize(
+    ("closed", "args", "code", "message"),
+    [
+        (0, ["extract", "in.txt", "-o", "o.jsonl", "--workers", "0"], 0, "1 records"),
+        (1, ["extract", "in.txt", "-o", "o.jsonl", "--workers", "0"], 0, "1 records"),
+        (0, ["extract", "-", "-o", "o.jsonl"], 2, "stdin is closed"),
+        (1, ["extract", "in.txt"], 2, "stdout is closed"),
+        (1, ["make-corpus", "-", "--n", "3"], 2, "stdout is closed"),
+    ],
+)
+def test_batch_cli_started_with_a_stream_closed(
+    tmp_path: Path, closed: int, args: list[str], code: int, message: str
+) -> None:
+    """A cron job's closed stdin (or ``>&-``) was an AttributeError traceback, used or not."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in.txt").write_text("张三在北京\n", encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", _CLI_WITH_FAKE, *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(closed),
+        timeout=120,
+    )
+    stderr = result.stderr.decode()
+    assert result.returncode == code, stderr
+    assert message in stderr and "Traceback" not in stderr
+    if code == 0:
+        assert len(lines(tmp_path / "o.jsonl")) == 1
+
+
+def test_batch_cli_an_input_of_unknown_format_is_a_usage_error(
+    fake_cli: CliRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "data").write_text("x\n")
+    result = fake_cli.invoke(main, ["extract", str(tmp_path / "data")])
+    assert result.exit_code == 2 and "--input-format" in result.stderr
+
+
+def test_batch_cut_gzip_input_says_to_start_again_once_it_is_whole(tmp_path: Path) -> None:
+    text = "".join(f"张三在北京{i}\n" for i in range(3000)).encode()
+    path = tmp_path / "in.txt.gz"
+    path.write_bytes(gzip.compress(text)[:-200])
+    with pytest.raises(InputError, match="cut short") as err:
+        run(tmp_path, [path], window=64)
+    assert "--force" in str(err.value) and "resumable" not in str(err.value)

@@ -169,3 +169,16 @@ def test_records_a_pipe_is_a_stream_and_is_never_sought(tmp_path: Path) -> None:
     regular = tmp_path / "a.txt"
     regular.write_text("x\n")
     assert not source_for(str(regular)).is_stream and source_for("-").is_stream
+
+
+def test_records_a_bom_does_not_count_against_the_first_lines_limit() -> None:
+    """The first read took the BOM's 3 bytes from the line's limit: a long first line was cut
+    into two records, shifting every later id."""
+    bom = b"\xef\xbb\xbf"
+    fits = b"x" * 100 + b"\n"
+    assert list(iter_lines(io.BytesIO(bom + fits + b"b\n"), limit=100)) == [fits, b"b\n"]
+    over = b"x" * 200 + b"\n"
+    assert list(iter_lines(io.BytesIO(bom + over + b"b\n"), limit=100)) == [None, b"b\n"]
+    crlf = "字".encode() * 10 + b"\r\n"  # 10 characters, at line_limit("txt", 10)
+    lines = list(iter_lines(io.BytesIO(bom + crlf + b"b\n"), limit=line_limit("txt", 10)))
+    assert lines == [crlf, b"b\n"]

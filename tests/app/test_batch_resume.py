@@ -16,6 +16,7 @@ import pytest
 
 from app.batch import BatchOptions, run_batch
 from app.batch.output import FileOutput, OutputError
+from app.batch.runner import BatchError
 from tests.app.test_batch import mixed_texts
 from tests.app.test_batch_fakes import FakeExtractor, FakeFactory
 
@@ -240,3 +241,76 @@ def test_output_is_locked_before_it_is_changed(tmp_path: Path) -> None:
     second.write_window(b'{"id":"x"}\n', 1, 0, "x")
     second.finish()
     assert path.read_bytes() == b'{"id":"x"}\n'
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ({"done": "5"}, "done is '5', not a count"),
+        ({"done": -1}, "done is -1, not a count"),
+        ({"bytes": 2816.0}, "bytes is 2816.0, not a count"),
+        ({"errors": "x"}, "errors is 'x', not a count"),
+        ({"done": True}, "done is True, not a count"),
+        ({"fingerprint": ["a"]}, "fingerprint is not an object"),
+        ({"done": 0}, "done 0"),  # bytes written, no record counted: all would be written again
+    ],
+)
+def test_batch_resume_refuses_a_checkpoint_of_the_wrong_shape(
+    job: dict[str, Any], edit: dict[str, Any], problem: str
+) -> None:
+    crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
+    doc = json.loads(sidecar.read_text())
+    assert doc["done"] > 0 and doc["bytes"] > 0
+    sidecar.write_text(json.dumps({**doc, **edit}))
+    with pytest.raises(OutputError, match=f"unreadable checkpoint .*{problem}"):
+        resume(job)
+    sidecar.write_text("[1]")
+    with pytest.raises(OutputError, match=r"unreadable checkpoint .*not an object"):
+        resume(job)
+
+
+def test_batch_resume_refuses_a_checkpoint_whose_count_disagrees_with_the_output(
+    job: dict[str, Any],
+) -> None:
+    """Fewer records counted than the output holds up to the checkpoint: the input records after
+    the count would be written twice (5,816 lines for 3,000 inputs, exit 0)."""
+    crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    sidecar = job["out"].with_name("out.jsonl.checkpoint.json")
+    doc = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**doc, "done": doc["done"] - 5, "errors": 0}))
+    with pytest.raises(
+        OutputError, match=f"holds {doc['done']} records .* counts {doc['done'] - 5}"
+    ):
+        resume(job)
+
+
+def test_batch_refuses_an_input_that_is_the_outputs_checkpoint(tmp_path: Path) -> None:
+    """The run replaced the input with its checkpoint, read that back, then deleted it."""
+    sidecar = tmp_path / "o.jsonl.checkpoint.json"
+    sidecar.write_text('{"id": "a", "text": "李白"}\n', encoding="utf-8")
+    options = BatchOptions(
+        inputs=(str(sidecar),),
+        output=str(tmp_path / "o.jsonl"),
+        model_dir=str(tmp_path),
+        workers=0,
+        force=True,
+    )
+    with pytest.raises(BatchError, match="is the output's checkpoint"):
+        run_batch(options, factory=_no_model)
+    assert sidecar.read_text(encoding="utf-8") == '{"id": "a", "text": "李白"}\n'
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_batch_refuses_a_dangling_symlink_as_output(tmp_path: Path) -> None:
+    """O_EXCL never follows a link, a plain open finds nothing: the run looped for good."""
+    source = tmp_path / "in.txt"
+    source.write_text("李白\n", encoding="utf-8")
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(tmp_path / "missing" / "target.jsonl")
+    options = BatchOptions(
+        inputs=(str(source),), output=str(link), model_dir=str(tmp_path), workers=0
+    )
+    with pytest.raises(OutputError, match=r"symbolic link to .*does not exist"):
+        run_batch(options, factory=_no_model)
+    assert link.is_symlink()
