@@ -64,6 +64,11 @@ def _file_problem(path: Path, force: bool) -> str | None:
     return None if force else f"{path} exists (use --force to replace it)"
 
 
+def _staging(path: Path) -> Path:
+    """Where ``_written_whole`` writes ``path`` before the rename: ``.NAME.partial`` beside it."""
+    return path.with_name(f".{path.name}.partial")
+
+
 @contextmanager
 def _written_whole(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` for the block to fill, renamed over ``path`` when the block
@@ -72,7 +77,7 @@ def _written_whole(path: Path) -> Iterator[Path]:
     fails before the work, in one line. The temporary file is locked (``flock``) until the end: a
     second run writing the same ``path`` at the same time is refused, instead of both writing one
     temporary file (a lock left by a killed run goes with it; so does its file, truncated here)."""
-    tmp = path.with_name(f".{path.name}.partial")
+    tmp = _staging(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -140,6 +145,8 @@ def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> No
 
     OUT is written whole or not at all (a temporary file beside it, renamed at the end)."""
     to_stdout = str(out) == "-"
+    if to_stdout and sys.stdout is None:  # started with stdout closed (`>&-`)
+        raise click.BadParameter("stdout is closed: name a file", param_hint="OUT")
     problem = None if to_stdout else _file_problem(out, force)
     if problem is not None:
         raise click.BadParameter(problem, param_hint="OUT")
@@ -390,6 +397,13 @@ def evaluate_command(
         if errors_path.exists() and errors_path.samefile(data_path):
             raise click.BadParameter(
                 f"{errors_path} is DATA_PATH: writing the errors there would replace the data",
+                param_hint="--errors",
+            )
+        staging = _staging(errors_path)
+        if staging.exists() and staging.samefile(data_path):
+            raise click.BadParameter(
+                f"DATA_PATH is {staging.name}, where --errors {errors_path} is written before it "
+                "is renamed: the data would be emptied; rename it",
                 param_hint="--errors",
             )
         problem = _file_problem(errors_path, force)

@@ -54,6 +54,12 @@ def test_evaluate_errors_never_replace_the_data(triples_model_dir, tmp_path):
         result.exit_code == 2 and "writing the errors there would replace the data" in result.output
     )
     assert data.read_bytes() == before
+    # Nor its staging file: data named .NAME.partial was emptied, then removed.
+    staged = _write_records(tmp_path / ".e.jsonl.partial", TAGGED)
+    staged_args = ["evaluate", str(staged), "--model", str(triples_model_dir), "--errors"]
+    result = CliRunner().invoke(main, [*staged_args, str(tmp_path / "e.jsonl")])
+    assert result.exit_code == 2 and "the data would be emptied" in result.output
+    assert staged.read_bytes() == before
     result = CliRunner().invoke(main, [*args, str(tmp_path / "errors.jsonl")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "errors.jsonl").read_text(encoding="utf-8").count("\n") >= 1  # 导演 missed
