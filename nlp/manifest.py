@@ -54,6 +54,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,9 @@ FORMAT_VERSION = 1
 # on the benchmark workload) for 52 warm-up shapes instead of 29; see BENCHMARKS.md.
 DEFAULT_LENGTH_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+# Rows in one batch at most: every bucket shape is warmed at start-up, and (100000, 128) would
+# take all of a machine's memory before the first request.
+MAX_BATCH_BUCKET = 1024
 # One-row batches (single-text requests) pad to a multiple of 8 tokens instead of the next length
 # bucket: 6.2% padded tokens instead of 15.5%, for 22 more (cheap, one-row) warm-up shapes, 74 in all
 # (bench/results/padding.json, BENCHMARKS.md "Padding waste").
@@ -350,7 +354,14 @@ def copy_vocab_in(directory: Path) -> Path | None:
         return None
     path = manifest.directory / MANIFEST_NAME
     doc = json.loads(path.read_text(encoding="utf-8"))
-    target.write_bytes(manifest.vocab_path.read_bytes())
+    # Written beside, then renamed over: a vocab.txt that is a link (to the vocab elsewhere, or to
+    # any file) is replaced by the copy, never written through.
+    staged = target.with_name(f".{VOCAB_NAME}.partial")
+    try:
+        staged.write_bytes(manifest.vocab_path.read_bytes())
+        os.replace(staged, target)
+    finally:
+        staged.unlink(missing_ok=True)
     doc["vocab"]["path"] = VOCAB_NAME
     write_manifest(manifest.directory, doc)
     return manifest.vocab_path
@@ -520,9 +531,13 @@ def _outputs(raw: list[Any], reading: _Reading) -> tuple[str, ...]:
 
 
 def _threshold(raw: float, reading: _Reading) -> float:
-    if not math.isfinite(raw):
+    try:
+        value = float(raw)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _fail("threshold", "expected a finite number") from None
+    if not math.isfinite(value):
         raise _fail("threshold", "expected a finite number")
-    return float(raw)
+    return value
 
 
 def _link_rule(raw: str, reading: _Reading) -> str:
@@ -536,7 +551,10 @@ def _length_buckets(raw: list[Any], reading: _Reading) -> tuple[int, ...]:
 
 
 def _batch_buckets(raw: list[Any], reading: _Reading) -> tuple[int, ...]:
-    return _buckets(raw, "batch_buckets", None)
+    buckets = _buckets(raw, "batch_buckets", None)
+    if buckets[-1] > MAX_BATCH_BUCKET:
+        raise _fail("batch_buckets", f"at most {MAX_BATCH_BUCKET} rows a batch, got {buckets[-1]}")
+    return buckets
 
 
 def _single_row_length_step(raw: int | None, reading: _Reading) -> int | None:
@@ -610,7 +628,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("threshold", (int, float), "score threshold", _threshold, default=0.0, default_doc="`0`"),
     ManifestField("link_rule", str, "how a predicate links a subject and an object: `both` (bert4keras's GPLinker: the head-head and the tail-tail score each above the threshold) or `mean` (their mean above it)", _link_rule, default="both", when=lambda values: values["task"] is Task.TRIPLES, when_doc="for task `triples`"),
     ManifestField("length_buckets", list, "the fixed input lengths, strictly increasing, the first at least 3, the last `max_length` (chosen by measurement, see BENCHMARKS.md)", _length_buckets, default_of=_default_length_buckets, default_doc=f"`{list(DEFAULT_LENGTH_BUCKETS)}` capped by `max_length`, then `max_length`", null="absent"),
-    ManifestField("batch_buckets", list, "the fixed batch sizes (rows), strictly increasing", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
+    ManifestField("batch_buckets", list, f"the fixed batch sizes (rows), strictly increasing, at most {MAX_BATCH_BUCKET}", _batch_buckets, default=DEFAULT_BATCH_BUCKETS, null="absent"),
     ManifestField("single_row_length_step", int, "one-row batches (a single short text) pad only to the next multiple of this many tokens (1 to `max_length`), each such shape warmed too; `null`: use `length_buckets`", _single_row_length_step, default=DEFAULT_SINGLE_ROW_LENGTH_STEP, null="kept"),
     ManifestField("engine", dict, "absent for a SavedModel (the TF session, the default); written by `spo export-onnx` for the opt-in onnx engine: `name`, `file` + `sha256`, `opset`, `precision` (`fp32`/`int8`), `quantization`, `tools` (converter versions), `source`; by `spo export-openvino` for the opt-in openvino engine: the same, `file` the `.xml`, `weights` + `weights_sha256` its `.bin`, no `opset`", lambda raw, reading: _engine(raw, reading.directory, check_files=reading.check_files), null="absent", attrs=("engine_spec",)),
     ManifestField("precision", str, "`fp32` or `int8`: an int8 directory written by `spo quantize` (or `spo export-openvino --precision int8`), served as int8 (the precision used when none is asked for; any other is refused)", _precision, default="fp32"),
@@ -624,6 +642,7 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     the field."""
     if not isinstance(doc, dict):
         raise _fail("<root>", "expected a JSON object")
+    _no_lone_surrogates(doc)
     reading = _Reading(directory, check_files, {})
     kept: dict[str, Any] = {}
     for declared in MANIFEST_FIELDS:
@@ -633,6 +652,29 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         if attrs:
             kept.update(zip(attrs, value if len(attrs) > 1 else (value,), strict=True))
     return Manifest(directory=directory.resolve(), **kept)
+
+
+def _no_lone_surrogates(doc: dict[str, Any]) -> None:
+    """Refuse a string holding a lone surrogate (``"\\ud800"`` in the JSON), a key or a value at
+    any depth: no UTF-8 can carry it, so a name or a label with one made every answer reporting
+    it fail (a 500), and a path with one cannot be opened. A walk, not a recursion: any depth
+    ``json`` decoded is fine."""
+    pending: list[tuple[str, Any]] = [("", doc)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                pending += [
+                    (f"{where}.{key}" if where else key, key),
+                    (f"{where}.{key}" if where else key, item),
+                ]
+        elif isinstance(value, list):
+            pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        elif isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+            raise _fail(
+                (where or "<root>").encode("utf-8", "backslashreplace").decode(),
+                "holds a lone surrogate (not valid Unicode text)",
+            )
 
 
 def _read_field(field: ManifestField, doc: dict[str, Any], reading: _Reading) -> Any:
@@ -648,7 +690,12 @@ def _read_field(field: ManifestField, doc: dict[str, Any], reading: _Reading) ->
     if raw is None and field.null == "kept":
         return None
     raw = _of_type(raw, field.kind, field.name)
-    return raw if field.check is None else field.check(raw, reading)
+    if field.check is None:
+        return raw
+    try:
+        return field.check(raw, reading)
+    except (OSError, ValueError) as exc:  # a path the system refuses: a NUL, a name too long
+        raise _fail(field.name, f"cannot be used as a path here: {exc}") from None
 
 
 def _engine(raw: dict[str, Any], directory: Path, *, check_files: bool) -> EngineSpec | None:
@@ -729,6 +776,8 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
     if not directory.is_dir():
         raise ManifestError(f"model directory not found: {directory}", field="model_dir")
     path = directory / MANIFEST_NAME
+    if path.exists() and not path.is_file():
+        raise ManifestError(f"{path}: not a regular file", field=MANIFEST_NAME)
     if not path.is_file():
         raise ManifestError(
             f"{path}: file not found (every model directory needs {MANIFEST_NAME})",
@@ -749,9 +798,23 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
         ) from None
     manifest = parse_manifest(doc, directory, check_files=check_files)
     if check_files and manifest.engine == "tf":
-        for required in ("saved_model.pb", "variables"):
-            if not (directory / required).exists():
-                raise ManifestError(
-                    f"{directory}: SavedModel file missing: {required}", field=required
-                )
+        _check_saved_model_files(directory)
     return manifest
+
+
+def _check_saved_model_files(directory: Path) -> None:
+    """``saved_model.pb`` and ``variables/`` there, and every file a regular one: TensorFlow opens
+    what it finds, and a FIFO in their place blocked loading for good."""
+    graph, variables = directory / "saved_model.pb", directory / "variables"
+    for required in (graph, variables):
+        if not required.exists():
+            raise ManifestError(
+                f"{directory}: SavedModel file missing: {required.name}", field=required.name
+            )
+    if not variables.is_dir():
+        raise ManifestError(f"{variables}: not a directory", field="variables")
+    for path in (graph, *sorted(variables.iterdir())):
+        if not path.is_file():
+            raise ManifestError(
+                f"{path}: not a regular file (a SavedModel's files must be)", field=path.name
+            )

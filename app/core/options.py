@@ -100,8 +100,12 @@ def _bool(raw: str) -> bool:
 
 
 def _path(raw: str) -> Path:
-    """Relative paths are taken from the current directory, like any command-line path."""
-    return Path(raw).expanduser().resolve()
+    """Relative paths are taken from the current directory, like any command-line path; links are
+    resolved (a loop of them is refused, as is a path the system cannot take)."""
+    try:
+        return Path(raw).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Python 3.11's symlink loop
+        raise ValueError(f"cannot resolve {raw}: {exc}") from None
 
 
 def _file(raw: str) -> Path:

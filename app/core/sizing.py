@@ -264,9 +264,12 @@ def model_precision(model_dir: Path, precision: str | None = None) -> str:
     only the estimate).
     """
     asked = precision or "fp32"
+    path = Path(model_dir) / "model.json"
     try:
-        doc = json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        if not path.is_file():  # a FIFO would block here, before loading could refuse it
+            return asked
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not JSON, absurdly nested
         return asked
     return "int8" if isinstance(doc, dict) and doc.get("precision") == "int8" else asked
 

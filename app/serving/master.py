@@ -281,8 +281,14 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             return
         try:
             settings, manifests = resolve_models(self.settings)
-        except (SettingsError, SpoError) as exc:
-            reason = exc.message if isinstance(exc, SpoError) else str(exc)
+        except Exception as exc:  # whatever the check trips on, the master serves on
+            if isinstance(exc, SpoError):
+                reason = exc.message
+            elif isinstance(exc, SettingsError):
+                reason = str(exc)
+            else:  # a check that missed a case: the server must not halt on it (logged in full)
+                self.log.exception("checking the models to reload failed unexpectedly")
+                reason = f"{type(exc).__name__}: {exc}"
             self.log.error(
                 "reload refused: %s; the %d running workers keep serving %s",
                 reason,

@@ -665,3 +665,34 @@ def test_master_refuses_a_reload_onto_openvino_under_preloaded_jemalloc() -> Non
     assert preload_blocks_reload([tf], preload) is None  # type: ignore[list-item]
     assert preload_blocks_reload([tf, ov], "/lib/other.so") is None  # type: ignore[list-item]
     assert preload_blocks_reload([tf, ov], "") is None  # type: ignore[list-item]
+
+
+def test_master_a_reload_whose_check_fails_unexpectedly_is_refused_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, triples_model_dir: Path
+) -> None:
+    """The check raised what it did not expect (an OSError for a vocab path over the file
+    system's limit, before the manifest learned to name it): gunicorn's main loop died of it, and
+    the whole server with it."""
+    arbiter = object.__new__(SpoArbiter)
+    arbiter.pending, arbiter.WORKERS = None, {}
+    arbiter.settings = Settings(model_dir=triples_model_dir)
+    logged: list[str] = []
+    arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+        error=lambda msg, *args: logged.append(msg % args),
+        exception=lambda msg, *args: logged.append(msg % args),
+    )
+
+    def unforeseen(settings: Settings) -> None:
+        raise OSError(36, "File name too long")
+
+    monkeypatch.setattr(master, "resolve_models", unforeseen)
+    arbiter.reload()  # returns: the master serves on
+    assert logged[-1].startswith("reload refused: OSError: [Errno 36] File name too long; the 0")
+    assert arbiter.pending is None
+
+
+def test_master_a_model_dir_that_is_a_symlink_loop_is_a_settings_error(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(SettingsError, match="SPO_MODEL_DIR: cannot resolve"):
+        Settings.from_env({"SPO_MODEL_DIR": str(loop)})

@@ -354,3 +354,62 @@ def test_manifest_committed_models_record_their_graph(name):
     directory = PROJECT_ROOT / "models" / name
     manifest = load_manifest(directory)
     assert manifest.saved_model_sha256 == sha256_file(directory / "saved_model.pb")
+
+
+SYSTEM_REFUSES = [
+    ("vocab", lambda d: d["vocab"].update(path="a" * 300)),  # a name over the file system's limit
+    ("vocab", lambda d: d["vocab"].update(path="a\x00b")),
+    ("vocab.path", lambda d: d["vocab"].update(path="vocab\ud800.txt")),
+    ("name", lambda d: d.update(name="de\udc80mo")),
+    ("predicates[0].predicate", lambda d: d["predicates"][0].update(predicate="\ud800日期")),
+    ("threshold", lambda d: d.update(threshold=10**400)),
+    ("batch_buckets", lambda d: d.update(batch_buckets=[1, 100_000])),
+]
+
+
+@pytest.mark.parametrize(("field", "change"), SYSTEM_REFUSES, ids=[f for f, _ in SYSTEM_REFUSES])
+def test_manifest_refuses_what_the_system_cannot_use_naming_the_field(model_copy, field, change):
+    """Each was an uncaught OSError, ValueError, OverflowError or UnicodeEncodeError (a reload that
+    met one stopped the whole server), or, for a lone surrogate in a name or label, a model that
+    loaded and then answered 500; the batch bucket would warm a (100000, 64) batch."""
+    path = model_copy / "model.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")  # ASCII escapes: "\ud800" as JSON has it
+    with pytest.raises(ManifestError) as info:
+        load_manifest(model_copy)
+    assert info.value.field == field
+    str(info.value).encode("utf-8")  # the message itself can be logged and answered
+
+
+@pytest.mark.parametrize("name", ["saved_model.pb", "variables/variables.index", "model.json"])
+def test_manifest_refuses_a_fifo_in_place_of_a_file(model_copy, name):
+    """TensorFlow (and the sizing's read of model.json) opened it and waited for a writer forever."""
+    import os
+
+    from app.core.sizing import model_precision
+
+    path = model_copy / name
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(ManifestError, match="not a regular file"):
+        load_manifest(model_copy)
+    assert model_precision(model_copy) == "fp32"  # returns at once: loading says what is wrong
+
+
+def test_manifest_copy_vocab_replaces_a_link_instead_of_writing_through_it(old_project, tmp_path):
+    """A vocab.txt linking elsewhere was written through: the file it named was overwritten (and
+    the directory never became self-contained)."""
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    model_dir = old_project / "models" / "tiny"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone's file\n", encoding="utf-8")
+    (model_dir / "vocab.txt").symlink_to(victim)
+    result = CliRunner().invoke(main, ["copy-vocab", str(model_dir)])
+    assert result.exit_code == 0, result.output
+    assert victim.read_text(encoding="utf-8") == "someone's file\n"
+    assert not (model_dir / "vocab.txt").is_symlink()
+    assert load_manifest(model_dir).vocab_path == (model_dir / "vocab.txt").resolve()
