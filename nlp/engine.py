@@ -87,7 +87,7 @@ class WarmedShapes:
             except Exception as exc:  # each engine raises its own types
                 raise ModelLoadError(
                     f"{where}: the warm-up run of shape ({batch}, {length}) failed: "
-                    f"{_first_line(exc)} (do model.json's vocab, inputs and max_length fit the "
+                    f"{first_line(exc)} (do model.json's vocab, inputs and max_length fit the "
                     "model?)"
                 ) from exc
         self.runs = 0
@@ -131,15 +131,25 @@ def load_arguments(
 
 
 # -- model tensors -------------------------------------------------------------------------------
-def _signature_inputs(keys: Sequence[str], where: str) -> tuple[str, str]:
-    """The token-ids and segment-ids keys among a signature's inputs (the one naming ``token``
-    first, else the first by name)."""
+def signature_inputs(keys: Sequence[str], where: str) -> tuple[str, str]:
+    """The token-ids and segment-ids keys among a signature's two inputs: the segment ids are the
+    one key naming ``segment`` or ``type`` (bert4keras's ``Input-Segment``, the common
+    ``token_type_ids``), else the token ids are the first naming ``token``, else the first by name.
+
+    >>> signature_inputs(["Input-Token", "Input-Segment"], "m")
+    ('Input-Token', 'Input-Segment')
+    >>> signature_inputs(["token_type_ids", "input_ids"], "m")
+    ('input_ids', 'token_type_ids')
+    """
     keys = sorted(keys)
     if len(keys) != 2:
         raise ModelLoadError(
             f"{where} has {len(keys)} inputs {keys}; expected token and segment ids",
             field="inputs",
         )
+    segments = [k for k in keys if "segment" in k.lower() or "type" in k.lower()]
+    if len(segments) == 1:
+        return next(k for k in keys if k != segments[0]), segments[0]
     token = next((k for k in keys if "token" in k.lower()), keys[0])
     return token, next(k for k in keys if k != token)
 
@@ -170,7 +180,7 @@ def resolve_tensors(
                 field=f"{which}s",
             )
         if input_names is None:
-            token, segment = _signature_inputs(list(signature[0]), where)
+            token, segment = signature_inputs(list(signature[0]), where)
             input_names = (signature[0][token], signature[0][segment])
         if output_names is None:
             output_names = [signature[1][k] for k in sorted(signature[1])]
@@ -212,7 +222,7 @@ def check_output_heads(
             )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The first line that says something of an exception's message: TensorFlow's start with
     "Graph execution error:" and go on with the failing node and its stack trace."""
     text = str(getattr(exc, "message", None) or exc)

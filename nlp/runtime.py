@@ -195,7 +195,9 @@ class SessionRuntime(WarmedShapes):
             raise
         except Exception as exc:  # TensorFlow raises many types for a bad SavedModel
             self.close()
-            raise ModelLoadError(f"cannot load the SavedModel in {self.model_dir}: {exc}") from exc
+            raise ModelLoadError(
+                f"cannot load the SavedModel in {self.model_dir}: {engine.first_line(exc)}"
+            ) from exc
         self.input_dtypes = tuple(t.dtype.as_numpy_dtype for t in self._inputs)
         self.load_seconds = time.perf_counter() - started
         started = time.perf_counter()

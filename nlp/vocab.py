@@ -72,6 +72,11 @@ def read_vocab(path: str | Path) -> dict[str, int]:
             f"written once (every id after line {again} would be off by one)"
         )
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing and next(iter(vocab)).startswith("\ufeff"):
+        raise ModelLoadError(
+            f"{path}: the vocab starts with a byte-order mark (U+FEFF), which would be part of "
+            f"its first token ({_shown(next(iter(vocab)))}): save it as UTF-8 without one"
+        )
     if missing:
         raise ModelLoadError(
             f"{path}: the vocab lacks {', '.join(missing)} (every vocab needs "

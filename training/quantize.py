@@ -227,19 +227,29 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
     """The parent's frozen, bias-folded GraphDef, its input and output tensor names, and dtypes."""
     import tensorflow as tf
 
+    from nlp.engine import first_line, signature_inputs
+    from nlp.errors import ModelLoadError
     from nlp.runtime import SIGNATURE
     from nlp.tf_graph import freeze_graph_def
 
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as session:
-        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(manifest.directory))
+        try:
+            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(manifest.directory))
+        except (tf.errors.OpError, OSError, ValueError, RuntimeError) as exc:
+            # A truncated variables file, a graph that does not parse: named as the input's.
+            raise QuantizeError(
+                f"{manifest.directory}: TensorFlow cannot load its SavedModel: {first_line(exc)}"
+            ) from None
         signature = meta.signature_def.get(SIGNATURE)
         if manifest.input_names is not None:
             inputs = list(manifest.input_names)
         elif signature is not None:
-            keys = sorted(signature.inputs)
-            token = next((k for k in keys if "token" in k.lower()), keys[0])
-            inputs = [signature.inputs[k].name for k in (token, *(k for k in keys if k != token))]
+            try:
+                keys = signature_inputs(list(signature.inputs), str(manifest.directory))
+            except ModelLoadError as exc:
+                raise QuantizeError(exc.message) from None
+            inputs = [signature.inputs[k].name for k in keys]
         else:
             raise QuantizeError(
                 f"{manifest.directory}: model.json names no inputs and no signature"
@@ -252,7 +262,15 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
             raise QuantizeError(
                 f"{manifest.directory}: model.json names no outputs and no signature"
             )
-        dtypes = {name: graph.get_tensor_by_name(name).dtype for name in inputs}
+        try:
+            dtypes = {name: graph.get_tensor_by_name(name).dtype for name in inputs}
+            for name in outputs:
+                graph.get_tensor_by_name(name)
+        except (KeyError, ValueError) as exc:  # "Input-Token" without ":0", a name not there
+            raise QuantizeError(
+                f"{manifest.directory}: model.json's inputs and outputs must be tensors of its "
+                f"graph (NAME:0): {str(exc).splitlines()[0]}"
+            ) from None
         try:
             graph_def = freeze_graph_def(session, graph, outputs)
         except (ValueError, TypeError, tf.errors.OpError) as exc:

@@ -301,3 +301,16 @@ def test_runtime_measured_thread_plans_are_for_frozen_precisions():
     assert set(SHORT_CALL_PLANS) <= set(FROZEN_PRECISIONS)
     for plan in SHORT_CALL_PLANS.values():
         assert plan == tuple(sorted(plan)) and all(n > 0 and t == 1 for n, t in plan)
+
+
+def test_runtime_a_savedmodel_tensorflow_cannot_restore_is_one_line(triples_model_dir, tmp_path):
+    """A cut variables file was TensorFlow's whole report: nine lines ending in an empty "Original
+    stack trace", never naming what to fix."""
+    model = tmp_path / "model"
+    shutil.copytree(triples_model_dir, model)
+    data = next((model / "variables").glob("variables.data-*"))
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ModelLoadError) as info:
+        _runtime(model)
+    assert info.value.message.startswith(f"cannot load the SavedModel in {model}: ")
+    assert "\n" not in info.value.message

@@ -39,8 +39,10 @@ def test_vocab_reads_ids_as_bert4keras_does(tmp_path, vocab_path):
         ("", "the vocab is empty"),
         ("\n".join(["[PAD]", "[UNK]", "[SEP]", "中"]), r"the vocab lacks \[CLS\]"),
         (SPECIALS.encode() + "中\n".encode("gbk"), r"not UTF-8 text \(line 5: invalid"),
+        # Saved by an editor that adds one: the first token was "\ufeff[PAD]" ("lacks [PAD]").
+        ("\ufeff" + SPECIALS, r"starts with a byte-order mark \(U\+FEFF\)"),
     ],
-    ids=["repeated-token", "blank-lines", "several-repeats", "empty", "no-cls", "not-utf8"],
+    ids=["repeated-token", "blank-lines", "several-repeats", "empty", "no-cls", "not-utf8", "bom"],
 )
 def test_vocab_refuses_a_bad_file_naming_it(tmp_path, data, message):
     path = _write(tmp_path, data)

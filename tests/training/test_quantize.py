@@ -131,6 +131,47 @@ def test_quantize_command_refuses_bad_inputs_clearly(
     assert not (tmp_path / "OUT").exists()
 
 
+def _damaged(source: Path, tmp_path: Path, damage: str) -> Path:
+    import shutil
+
+    from nlp.manifest import load_manifest
+
+    model = tmp_path / damage
+    shutil.copytree(source, model)
+    if damage == "variables":  # cut short: only TensorFlow's restore finds it
+        data = next((model / "variables").glob("variables.data-*"))
+        data.write_bytes(data.read_bytes()[:100])
+    else:  # a tensor named without its ":0"
+        path = model / "model.json"
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["inputs"] = {"token_ids": "Input-Token", "segment_ids": "Input-Segment:0"}
+        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    load_manifest(model)  # the manifest cannot tell: loading must
+    return model
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("variables", "TensorFlow cannot load its SavedModel: "),
+        ("inputs", "model.json's inputs and outputs must be tensors of its graph"),
+    ],
+)
+def test_quantize_a_model_tensorflow_cannot_load_is_one_line_naming_it(
+    triples_model_dir: Path, tmp_path: Path, damage: str, message: str
+) -> None:
+    """Both were TensorFlow tracebacks (an OutOfRangeError, a ValueError)."""
+    model = _damaged(triples_model_dir, tmp_path, damage)
+    with pytest.raises(QuantizeError) as info:
+        quantize_module._load_frozen(
+            check_conversion(
+                model, tmp_path / "out", force=False, action="quantize", error=QuantizeError
+            )
+        )
+    assert str(info.value).startswith(f"{model}: {message}")
+    assert "\n" not in str(info.value)
+
+
 # -- the int8 demo model (slow: quantization, then both models on the demo sets) ----------------
 
 
