@@ -488,11 +488,16 @@ def _vocab(raw: dict[str, Any], reading: _Reading) -> tuple[Path, str]:
     except ModelLoadError as exc:
         raise _fail("vocab.path", exc.message) from None
     if not Path(vocab_rel).is_absolute() and not vocab_path.is_relative_to(directory.resolve()):
+        how = (
+            "missing from the directory: the package's vocab of the same sha256 is read"
+            if len(Path(vocab_rel).parts) == 1
+            else "found outside the directory (the old layout, read as it is)"
+        )
         logger.warning(
-            "%s: vocab.path %s found outside the directory, at %s (the old layout, read "
-            "as it is); make it self-contained with `spo copy-vocab %s`",
+            "%s: vocab.path %s %s, at %s; make it self-contained with `spo copy-vocab %s`",
             directory,
             vocab_rel,
+            how,
             vocab_path,
             directory,
         )

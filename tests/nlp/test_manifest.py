@@ -259,6 +259,19 @@ def test_manifest_old_layout_uses_the_packaged_vocab_when_its_sha256_matches(tmp
     assert "spo copy-vocab" in caplog.text
 
 
+def test_manifest_a_self_contained_directory_missing_its_vocab_says_so(tmp_path, caplog):
+    """It read the package's identical vocab and called that "the old layout"."""
+    from nlp.config import DEMO_MODEL_DIR, DEMO_VOCAB
+
+    model_dir = tmp_path / "demo"
+    shutil.copytree(DEMO_MODEL_DIR, model_dir)
+    (model_dir / "vocab.txt").unlink()
+    with caplog.at_level("WARNING", logger="nlp.manifest"):
+        assert load_manifest(model_dir).vocab_path == DEMO_VOCAB.resolve()
+    assert "vocab.txt missing from the directory" in caplog.text
+    assert "old layout" not in caplog.text
+
+
 def test_manifest_old_layout_without_its_vocab_names_the_field(model_copy):
     _old_layout(model_copy)  # the tiny vocab is not the packaged one, and no folder above has it
     with pytest.raises(ManifestError) as info:
