@@ -97,7 +97,7 @@ def plan_threads(plan: ThreadPlan, length: int, upper: int) -> int:
 FROZEN_PRECISIONS = ("bf16", "int8")
 
 
-def _heads(output: Any) -> int | None:
+def tensor_heads(output: Any) -> int | None:
     """Axis 1 (heads) of a ``(batch, heads, length, length)`` output tensor; None if not static."""
     dims = output.shape.as_list() if output.shape.rank == 4 else None
     heads: int | None = dims[1] if dims else None
@@ -180,7 +180,9 @@ class SessionRuntime(WarmedShapes):
                 )
             self._inputs, self._outputs = self._resolve(meta, input_names, output_names, n_outputs)
             engine.check_output_heads(
-                [(t.name, _heads(t)) for t in self._outputs], output_heads, str(self.model_dir)
+                [(t.name, tensor_heads(t)) for t in self._outputs],
+                output_heads,
+                str(self.model_dir),
             )
             self._check_vocab_size(vocab_size, vocab_file)
             self._check_max_length()

@@ -227,9 +227,9 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
     """The parent's frozen, bias-folded GraphDef, its input and output tensor names, and dtypes."""
     import tensorflow as tf
 
-    from nlp.engine import first_line, signature_inputs
+    from nlp.engine import check_output_heads, first_line, signature_inputs
     from nlp.errors import ModelLoadError
-    from nlp.runtime import SIGNATURE
+    from nlp.runtime import SIGNATURE, tensor_heads
     from nlp.tf_graph import freeze_graph_def
 
     graph = tf.Graph()
@@ -264,13 +264,20 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
             )
         try:
             dtypes = {name: graph.get_tensor_by_name(name).dtype for name in inputs}
-            for name in outputs:
-                graph.get_tensor_by_name(name)
+            found = [graph.get_tensor_by_name(name) for name in outputs]
         except (KeyError, ValueError) as exc:  # "Input-Token" without ":0", a name not there
             raise QuantizeError(
                 f"{manifest.directory}: model.json's inputs and outputs must be tensors of its "
                 f"graph (NAME:0): {str(exc).splitlines()[0]}"
             ) from None
+        try:  # as loading checks it: else an int8 copy is written that no loader takes
+            check_output_heads(
+                [(t.name, tensor_heads(t)) for t in found],
+                manifest.task.output_heads(manifest),
+                str(manifest.directory),
+            )
+        except ModelLoadError as exc:
+            raise QuantizeError(exc.message) from None
         try:
             graph_def = freeze_graph_def(session, graph, outputs)
         except (ValueError, TypeError, tf.errors.OpError) as exc:

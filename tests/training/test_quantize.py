@@ -138,14 +138,16 @@ def _damaged(source: Path, tmp_path: Path, damage: str) -> Path:
 
     model = tmp_path / damage
     shutil.copytree(source, model)
+    path = model / "model.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
     if damage == "variables":  # cut short: only TensorFlow's restore finds it
         data = next((model / "variables").glob("variables.data-*"))
         data.write_bytes(data.read_bytes()[:100])
-    else:  # a tensor named without its ":0"
-        path = model / "model.json"
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    elif damage == "inputs":  # a tensor named without its ":0"
         doc["inputs"] = {"token_ids": "Input-Token", "segment_ids": "Input-Segment:0"}
-        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    else:  # one predicate fewer than the graph's heads: the int8 copy would not load
+        doc["predicates"] = doc["predicates"][:-1]
+    path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     load_manifest(model)  # the manifest cannot tell: loading must
     return model
 
@@ -155,6 +157,7 @@ def _damaged(source: Path, tmp_path: Path, damage: str) -> Path:
     [
         ("variables", "TensorFlow cannot load its SavedModel: "),
         ("inputs", "model.json's inputs and outputs must be tensors of its graph"),
+        ("predicates", "output "),
     ],
 )
 def test_quantize_a_model_tensorflow_cannot_load_is_one_line_naming_it(
