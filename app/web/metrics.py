@@ -37,6 +37,7 @@ import fcntl
 import hmac
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Collection, Iterator
@@ -249,15 +250,18 @@ class Metrics:
         self._made = {d.attr: d.make(self.registry) for d in self.declared()}
         # Weak: a model that was reloaded away is not kept alive by its metrics.
         self._extractors: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Request threads call watch_extractor at once on a fresh worker: one observer per model.
+        self._watching = threading.Lock()
         self._refreshed = 0.0
         self._info: dict[str, tuple[str, str, str, str]] = {}  # per model name
 
     # -- model -----------------------------------------------------------------------------------
     def watch_extractor(self, extractor: Any) -> None:
         """Record this extractor's model calls and describe its model (once per extractor)."""
-        if extractor in self._extractors:
-            return
-        self._extractors.add(extractor)
+        with self._watching:
+            if extractor in self._extractors:
+                return
+            self._extractors.add(extractor)
         summary = extractor.manifest.summary()
         name = str(summary.get("name", "?"))
         runtime = getattr(extractor, "runtime", None)

@@ -14,8 +14,9 @@ window already over: the wait only delays a request that finds the model idle.
 - Deadlines (``SPO_REQUEST_TIMEOUT``): a request still queued at its deadline is dropped from the queue
   and answered ``DeadlineExceeded`` without a model call. A combined call runs under the earliest
   deadline of its requests; when that stops it, only the requests past their own deadline get
-  ``DeadlineExceeded``, and the others are rerun alone under theirs: one slow or late request never
-  fails its batch neighbours.
+  ``DeadlineExceeded``, and the others are rerun alone under theirs, the earliest deadline first (so
+  none waits out a rerun that may run past its own deadline): one slow or late request never fails
+  its batch neighbours.
 - ``close()`` (gunicorn's ``worker_exit``) refuses new requests with ``BatcherClosed``, serves those
   already pending and stops the thread. Whatever ends the thread, a request still pending then gets
   ``BatcherClosed``: none waits forever.
@@ -62,13 +63,16 @@ class _Pending(Generic[P]):
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     results: list[Extraction] | None = None
     error: BaseException | None = None
+    # The batcher thread and ``close`` may answer one request at the same moment: the first wins.
+    _answering: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def finish(
         self, results: list[Extraction] | None = None, error: BaseException | None = None
     ) -> None:
-        if not self.done.is_set():
-            self.results, self.error = results, error
-            self.done.set()
+        with self._answering:
+            if not self.done.is_set():
+                self.results, self.error = results, error
+                self.done.set()
 
 
 # What ``_take`` returns when every queued request expired: not a stop, nothing to run.
@@ -266,6 +270,13 @@ class MicroBatcher(Generic[P]):
                 )
             )
 
+    def _serve_each(self, batch: list[_Pending[P]]) -> None:
+        """Rerun ``batch``'s requests alone, the earliest deadline first (none: last). Each run stops
+        at its own deadline, so a request waits only for reruns that end by its own deadline (plus
+        one model call); in queue order it waited out a rerun with no deadline at all."""
+        for pending in sorted(batch, key=lambda p: (p.deadline is None, p.deadline or 0.0)):
+            self._serve_alone(pending)
+
     def _serve(self, batch: list[_Pending[P]]) -> bool:
         """Run ``batch`` and answer each of its requests; False when there was none (stop)."""
         if not batch:
@@ -297,8 +308,7 @@ class MicroBatcher(Generic[P]):
                 for pending in batch:
                     if pending.deadline is not None and now >= pending.deadline:
                         pending.finish(error=exc)
-                    else:
-                        self._serve_alone(pending)
+                self._serve_each([p for p in batch if not p.done.is_set()])
             except Exception as exc:
                 stats.isolated += 1
                 logger.warning(
@@ -306,8 +316,7 @@ class MicroBatcher(Generic[P]):
                     len(batch),
                     type(exc).__name__,
                 )
-                for pending in batch:
-                    self._serve_alone(pending)
+                self._serve_each(batch)
             else:
                 start = 0
                 for pending in batch:

@@ -149,6 +149,31 @@ def test_microbatch_failing_request_is_isolated(batchers: Any) -> None:
     assert ["另一句", "bad 的一句"] in run.calls
 
 
+def test_microbatch_reruns_the_earliest_deadline_first(batchers: Any) -> None:
+    """After a combined call failed, its requests were rerun in queue order: a request with a
+    deadline waited out a neighbour's whole rerun (with no deadline at all) and got its 504 late."""
+    from nlp.errors import DeadlineExceeded
+
+    def run(plan: FakePlan, deadline: float | None = None) -> list[Extraction]:
+        if len(plan.texts) > 1:
+            raise RuntimeError("the combined call fails")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceeded("stopped at its deadline")
+        if plan.texts == ["slow"]:
+            time.sleep(1.0)
+        return [tagged(t) for t in plan.texts]
+
+    batcher = batchers(run, wait_s=0.3)
+    slow = threading.Thread(target=lambda: batcher.submit(FakePlan.of(["slow"])))
+    slow.start()  # first in the queue, no deadline
+    time.sleep(0.05)
+    started = time.monotonic()
+    results = batcher.submit(FakePlan.of(["quick"]), deadline=started + 0.8)
+    assert results == [tagged("quick")]
+    assert time.monotonic() - started < 0.8
+    slow.join(5)
+
+
 def test_microbatch_wait_window_is_bounded(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.15)
