@@ -179,13 +179,32 @@ def report(state: str, **details: Any) -> None:
     if REPORT_FD is None:
         return
     doc = {"pid": os.getpid(), "state": state, **details}
-    line = json.dumps(doc, ensure_ascii=False).encode()[:_REPORT_LIMIT]
-    if not line.endswith(b"}"):  # cut: keep the line parseable, drop the detail
-        doc.pop("detail", None)
-        line = json.dumps(doc, ensure_ascii=False).encode()[:_REPORT_LIMIT]
+    line = _report_line(doc)
     # A full or closed pipe (the master busy or stopping) loses the report; the worker serves regardless.
     with contextlib.suppress(OSError):
         os.write(REPORT_FD, line + b"\n")
+
+
+def _report_line(doc: dict[str, Any]) -> bytes:
+    """``doc`` as one JSON line of at most ``_REPORT_LIMIT`` bytes (one atomic pipe write): a
+    ``detail`` too long is shortened, never the line (cut bytes could end in a ``}`` of the detail
+    and pass for whole, then fail to parse); past that, only the pid and the state go. ASCII
+    escapes: any string is sent, a lone surrogate included.
+
+    >>> line = _report_line({"pid": 1, "state": "failed", "detail": "{{node x}}" * 1000})
+    >>> len(line) <= _REPORT_LIMIT, json.loads(line)["detail"][-1]
+    (True, '~')
+    """
+    line = json.dumps(doc).encode()
+    while len(line) > _REPORT_LIMIT and len(str(doc.get("detail", ""))) > 1:
+        detail = str(doc["detail"])
+        per_char = max(1.0, (len(json.dumps(detail)) - 2) / len(detail))  # escapes: up to 6 bytes
+        cut = int((len(line) - _REPORT_LIMIT) / per_char) + 2
+        doc["detail"] = detail[: max(0, len(detail) - cut)] + "~"
+        line = json.dumps(doc).encode()
+    if len(line) > _REPORT_LIMIT:
+        line = json.dumps({"pid": doc["pid"], "state": doc["state"]}).encode()
+    return line
 
 
 def watch_worker(worker: Any) -> None:
@@ -350,12 +369,20 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             self.retiring.add(pid)
 
     def reap_workers(self) -> None:
+        workers = dict(self.WORKERS)
         try:
             super().reap_workers()
         except HaltServer as exc:
             # A new worker that cannot even boot fails the reload; it does not halt a serving server.
             if self.pending is None or not self.ever_ready:
                 raise
+            # gunicorn raised before its own clean-up of the worker it had just reaped: do it (the
+            # heartbeat file's descriptor, child_exit and its metrics files), else each such reload
+            # leaks both.
+            for pid, worker in workers.items():
+                if pid not in self.WORKERS and not worker.tmp._tmp.closed:
+                    worker.tmp.close()
+                    self.cfg.child_exit(self, worker)
             self.log.error("a new worker failed to boot (%s)", exc.reason)
             self._fail_reload(self.pending, "a new worker failed to boot")
             self.reap_workers()

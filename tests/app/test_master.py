@@ -696,3 +696,33 @@ def test_master_a_model_dir_that_is_a_symlink_loop_is_a_settings_error(tmp_path:
     loop.symlink_to(loop)
     with pytest.raises(SettingsError, match="SPO_MODEL_DIR: cannot resolve"):
         Settings.from_env({"SPO_MODEL_DIR": str(loop)})
+
+
+def test_master_a_new_worker_that_fails_to_boot_is_cleaned_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """gunicorn raises HaltServer for a worker that failed to boot before closing its heartbeat
+    file and calling child_exit; the reload's catch skipped both: a descriptor leaked and the dead
+    worker's metrics files stayed, on every such reload."""
+    from gunicorn.workers.workertmp import WorkerTmp
+
+    arbiter = object.__new__(SpoArbiter)
+    exited: list[int] = []
+    arbiter.cfg = SimpleNamespace(  # type: ignore[assignment]
+        umask=0o22, worker_tmp_dir=str(tmp_path), uid=os.geteuid(), gid=os.getegid(),
+        child_exit=lambda arbiter, worker: exited.append(worker.pid),
+    )  # fmt: skip
+    worker = SimpleNamespace(pid=4243, tmp=WorkerTmp(arbiter.cfg))
+    arbiter.WORKERS, arbiter.reexec_pid, arbiter.dirty_arbiter_pid = {4243: worker}, 0, 0
+    arbiter.pending, arbiter.ever_ready, arbiter.states = SimpleNamespace(), True, {}
+    arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+        error=lambda *a: None, debug=lambda *a: None, info=lambda *a: None
+    )
+    failed: list[str] = []
+    monkeypatch.setattr(arbiter, "_fail_reload", lambda pending, why: failed.append(why))
+    reaped = iter([(4243, 3 << 8)])  # exit status 3: gunicorn's WORKER_BOOT_ERROR
+    monkeypatch.setattr(os, "waitpid", lambda pid, flags: next(reaped, (0, 0)))
+    arbiter.reap_workers()
+    assert failed == ["a new worker failed to boot"]
+    assert exited == [4243] and worker.tmp._tmp.closed
+    assert arbiter.WORKERS == {}
