@@ -51,7 +51,9 @@ PAGES = ("open", "auth", "off")
 INPUT_FORMATS = ("auto", "txt", "jsonl")
 _BIND = re.compile(r"^(unix:.+|\[[0-9A-Fa-f:.]+\]:\d{1,5}|[A-Za-z0-9.-]*:\d{1,5})$")
 # What `spo serve --nginx` accepts: HOST:PORT, [IPv6]:PORT or PORT (nginx's own listen syntax).
-LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]*:)?\d{1,5}$")
+LISTEN = re.compile(
+    r"^(\[[0-9A-Fa-f:.]+\]:|[A-Za-z0-9.-]+:)?\d{1,5}$"
+)  # ":PORT": no host, to nginx
 TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,}$")
 TOKEN_RULE = "16+ characters of [A-Za-z0-9._~+/=-]"
 _RATE = re.compile(r"^[1-9][0-9]{0,6}r/[sm]$")

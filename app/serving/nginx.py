@@ -132,7 +132,10 @@ def render_nginx_conf(
             else ""
         ),
         "RATE_LIMIT": (
-            f"            limit_req zone=spo_clients burst={settings.rate_burst} nodelay;\n"
+            "            limit_req zone=spo_clients"
+            # nginx refuses "burst=0": no burst is no burst parameter.
+            + (f" burst={settings.rate_burst}" if settings.rate_burst else "")
+            + " nodelay;\n"
             "            limit_req_status 429;"
             if settings.rate_limit
             else ""

@@ -119,6 +119,11 @@ def serve(
         click.echo("resolved sizing (app.core.sizing):")
         for line in sizing.lines():
             click.echo(f"  {line}")
+        if nginx_listen is not None:  # what a start would give nginx, tested by nginx
+            from app.serving.supervisor import check_nginx_config
+
+            check_nginx_config(settings, nginx_listen)
+            click.echo(f"nginx accepts its configuration for {nginx_listen}")
     else:
         for warning in [*sizing.warnings, *secret_warnings(settings)]:
             click.echo(f"spo serve: WARNING: {warning}", err=True)
@@ -131,7 +136,8 @@ def serve(
     argv, child_env = gunicorn_command(settings, extra, os.environ, pid_file=pid_file)
     click.echo(
         f"spo serve: {', '.join(f'{n}={m.name} v{m.version} from {d}' for (n, d), m in checked)} "
-        f"on {settings.bind}, {settings.workers} worker(s)"
+        f"on {settings.bind if nginx_listen is None else f'{nginx_listen} (nginx)'}, "
+        f"{settings.workers} worker(s)"
         f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}; "
         f"pid file {pid_file}",
         err=True,

@@ -230,6 +230,44 @@ def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:
     return tuple(found)
 
 
+def _configure(
+    nginx: str, settings: Settings, listen: str, prefix: Path, socket_path: Path
+) -> tuple[list[str], str | None]:
+    """Write ``prefix/nginx.conf`` for ``listen`` in front of gunicorn at ``socket_path`` and have
+    nginx test it (``nginx -t``); the command line that runs nginx on it, and how it turns HTTP/2
+    on (``nginx_http2``). A setting nginx cannot be
+    given is a ``UsageError``; a configuration nginx refuses, a ``ClickException`` with its words."""
+    conf = prefix / "nginx.conf"
+    # HTTP/2 with TLS where this nginx has it (Debian's 1.22: `listen ... ssl http2`).
+    version = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False)
+    http2 = nginx_http2(version.stderr) if settings.tls else None
+    try:
+        text = render_nginx_conf(
+            settings, listen=listen, upstream=f"unix:{socket_path}", prefix=prefix, http2=http2
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    conf.write_text(text, encoding="utf-8")
+    nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf)]
+    check = subprocess.run([*nginx_argv, "-t", "-q"], capture_output=True, text=True, check=False)
+    if check.returncode != 0:
+        raise click.ClickException(f"nginx refuses the configuration:\n{check.stderr.strip()}")
+    return nginx_argv, http2
+
+
+def check_nginx_config(settings: Settings, listen: str) -> None:
+    """``spo serve --nginx ... --check-config``: the configuration rendered and tested by nginx in a
+    throw-away prefix, as a start would (nothing listens)."""
+    nginx = find_nginx()
+    if nginx is None:
+        raise click.ClickException(NGINX_MISSING)
+    with tempfile.TemporaryDirectory(prefix="spo-check-") as tmp:
+        prefix = Path(tmp) / "nginx"
+        prefix.mkdir()
+        Path(tmp).chmod(0o711)  # nginx's workers (not root) reach the prefix, as in a run
+        _configure(nginx, settings, listen, prefix, Path(tmp) / "gunicorn.sock")
+
+
 def serve_behind_nginx(
     settings: Settings,
     listen: str,
@@ -250,27 +288,7 @@ def serve_behind_nginx(
         socket_path = run_dir / "gunicorn.sock"
         prefix = run_dir / "nginx"
         prefix.mkdir()
-        conf = prefix / "nginx.conf"
-        # HTTP/2 with TLS where this nginx has it (Debian's 1.22: `listen ... ssl http2`).
-        version = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False)
-        http2 = nginx_http2(version.stderr) if settings.tls else None
-        try:
-            text = render_nginx_conf(
-                settings,
-                listen=listen,
-                upstream=f"unix:{socket_path}",
-                prefix=prefix,
-                http2=http2,
-            )
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-        conf.write_text(text, encoding="utf-8")
-        nginx_argv = [nginx, "-p", str(prefix), "-c", str(conf)]
-        check = subprocess.run(
-            [*nginx_argv, "-t", "-q"], capture_output=True, text=True, check=False
-        )
-        if check.returncode != 0:
-            raise click.ClickException(f"nginx refuses the configuration:\n{check.stderr.strip()}")
+        nginx_argv, http2 = _configure(nginx, settings, listen, prefix, socket_path)
         argv, env = gunicorn_command(
             settings.replace(bind=f"unix:{socket_path}"),
             gunicorn_args,

@@ -492,3 +492,39 @@ def test_nginx_secret_files_readable_by_all_are_warned_about(tmp_path: Path) -> 
     assert TOKEN_A not in warned[0]
     tokens.chmod(0o440)
     assert secret_warnings(Settings.from_env(env)) == []
+
+
+@needs_nginx
+def test_nginx_check_config_tests_what_a_start_would_give_nginx(tmp_path: Path) -> None:
+    """--check-config with --nginx checked gunicorn's side only (and named 127.0.0.1:8000): a
+    rate limit with SPO_RATE_BURST=0 passed it, and the start then failed (nginx refuses
+    "burst=0"; no burst is now no burst parameter)."""
+    import sys
+
+    port = free_port()
+    env = {
+        "SPO_MODEL_DIR": str(DEFAULT_MODEL_DIR),
+        "SPO_LOAD_MODE": "background",
+        "SPO_RATE_LIMIT": "10r/s",
+        "SPO_RATE_BURST": "0",
+        "PATH": "/usr/sbin:/usr/bin:/bin",
+        "TMPDIR": str(tmp_path),
+    }
+    spo = str(Path(sys.executable).with_name("spo"))
+    args = [spo, "serve", "--nginx", f"127.0.0.1:{port}", "--check-config"]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"nginx accepts its configuration for 127.0.0.1:{port}" in result.stdout
+    assert f"127.0.0.1:{port} (nginx)" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # the throw-away prefix is gone
+    spaced = tmp_path / "tls dir"
+    spaced.mkdir()
+    for name in ("cert.pem", "key.pem"):
+        (spaced / name).write_text("-")
+    tls = {"SPO_TLS_CERT": str(spaced / "cert.pem"), "SPO_TLS_KEY": str(spaced / "key.pem")}
+    refused = CliRunner().invoke(
+        main, ["serve", "--nginx", str(port), "--check-config"], env={**env, **tls}
+    )
+    assert refused.exit_code == 2 and "SPO_TLS_CERT: nginx cannot be given" in refused.output
+    no_host = CliRunner().invoke(main, ["serve", "--nginx", f":{port}"], env=env)
+    assert no_host.exit_code == 2 and "HOST:PORT or PORT" in no_host.output
