@@ -138,7 +138,7 @@ def access_fields(resp: Any, environ: dict[str, Any], seconds: float) -> dict[st
     headers = {k.lower(): v for k, v in (resp.headers or [])}
     fields: dict[str, Any] = {
         "request_id": headers.get(REQUEST_ID_HEADER.lower(), "-"),
-        "remote": environ.get("REMOTE_ADDR", "-"),
+        "remote": _remote(environ),
         "method": environ.get("REQUEST_METHOD", "-"),
         "path": environ.get("PATH_INFO", "-"),
         "status": code,
@@ -149,10 +149,32 @@ def access_fields(resp: Any, environ: dict[str, Any], seconds: float) -> dict[st
     return fields
 
 
+def _remote(environ: dict[str, Any]) -> str:
+    """The client's address. On a unix socket gunicorn has none (``REMOTE_ADDR`` is empty): the
+    proxy in front, which alone reaches the socket (nginx under ``spo serve --nginx``), names it as
+    the last ``X-Forwarded-For`` entry, the one it added.
+
+    >>> _remote({"REMOTE_ADDR": "", "HTTP_X_FORWARDED_FOR": "203.0.113.9, 10.0.0.7"})
+    '10.0.0.7'
+    >>> _remote({"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4"}), _remote({})
+    ('127.0.0.1', '-')
+    """
+    address = str(environ.get("REMOTE_ADDR") or "")
+    if not address:
+        address = str(environ.get("HTTP_X_FORWARDED_FOR") or "").rsplit(",", 1)[-1].strip()
+    return address or "-"
+
+
+def _quoted(value: Any) -> str:
+    """A value put between double quotes in the text line: its quotes and backslashes escaped,
+    so a path cannot close the quotes and write fields of its own."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def access_message(fields: dict[str, Any]) -> str:
     """``REMOTE "METHOD PATH" STATUS LATENCYms texts=.. tokens=.. buckets=.. rid=ID``."""
     parts = [
-        f'{fields["remote"]} "{fields["method"]} {fields["path"]}" {fields["status"]}',
+        f'{fields["remote"]} "{fields["method"]} {_quoted(fields["path"])}" {fields["status"]}',
         f"{fields['latency_ms']}ms",
     ]
     for key in ("texts", "tokens"):

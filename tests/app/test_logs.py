@@ -87,6 +87,21 @@ def test_logging_access_line_in_json_and_text() -> None:
     assert TextFormatter().format(record).endswith(message)
 
 
+def test_logging_access_line_behind_a_proxy_on_a_unix_socket_and_with_quotes_in_the_path() -> None:
+    """Behind nginx (gunicorn on a unix socket) the remote was empty; a path with a quote closed
+    the quoted request and wrote fields of its own (a status, a latency, a request id)."""
+    environ = {
+        "REMOTE_ADDR": "",
+        "HTTP_X_FORWARDED_FOR": "203.0.113.9, 198.51.100.4",
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": '/v1/extract" 200 1.0ms rid=x "\\',
+    }
+    fields = access_fields(FakeResponse(), environ, 0.001)
+    assert fields["remote"] == "198.51.100.4"  # the entry nginx added: its own peer
+    message = access_message(fields)
+    assert message.startswith('198.51.100.4 "GET /v1/extract\\" 200 1.0ms rid=x \\"\\\\" 200 ')
+
+
 def test_logging_text_lines_are_one_line_whatever_the_input() -> None:
     """A path with %0A in it reached the text access log as a line break: a client could end its
     line and write one that looks like the service's own. Line breaks and control characters in a
