@@ -134,7 +134,8 @@ def _str(raw: str) -> str:
 
 
 def _models(raw: str) -> tuple[tuple[str, Path], ...]:
-    """``NAME=DIR`` entries separated by commas; a bare ``DIR`` is named after its directory.
+    """``NAME=DIR`` entries separated by commas; a bare ``DIR`` is named after its directory
+    (``model_name_for``).
 
     >>> [(n, p.name) for n, p in _models("ner=models/ner, models/demo")]
     [('ner', 'ner'), ('demo', 'demo')]
@@ -151,7 +152,7 @@ def _models(raw: str) -> tuple[tuple[str, Path], ...]:
         if not where:
             raise ValueError(f"entry {entry!r} names no directory (expected NAME=DIR)")
         path = _path(where)
-        out.append((name if sep else path.name, path))
+        out.append((name if sep else model_name_for(path), path))
     if not out:
         raise ValueError("expected NAME=DIR entries separated by commas")
     return tuple(out)
@@ -230,6 +231,18 @@ def _plans() -> str:
         f"{precision}: " + ", ".join(f"up to {n} tokens on {t} thread(s)" for n, t in plan)
         for precision, plan in SHORT_CALL_PLANS.items()
     )
+
+
+def model_name_for(directory: Path) -> str:
+    """The name a model directory is served under when none is given (``SPO_MODEL_DIR``, ``spo
+    extract --model DIR``): its folder's name, made a valid model name (a URL path segment):
+    characters outside ``[A-Za-z0-9._-]`` become ``-``, at most 64; ``model`` when none is left.
+
+    >>> [model_name_for(Path(p)) for p in ("/m/demo", "/m/my demo", "/m/模型", "/m/.x", "/")]
+    ['demo', 'my-demo', 'model', 'x', 'model']
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", directory.name).strip("-._")[:64]
+    return name if _MODEL_NAME.match(name) else "model"
 
 
 def _model_names(models: tuple[tuple[str, Path], ...]) -> list[str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.options import PREFIX, SETTINGS, TOKEN, TOKEN_RULE
+from app.core.options import PREFIX, SETTINGS, TOKEN, TOKEN_RULE, model_name_for
 from app.core.sizing import (
     BASE_RSS_MIB,
     Machine,
@@ -245,7 +245,7 @@ class Settings:
     def model_table(self) -> tuple[tuple[str, Path], ...]:
         """``(name, directory)`` of every model served, the default first: ``SPO_MODELS``, or the one
         model of ``SPO_MODEL_DIR`` named after its directory."""
-        return self.models or ((self.model_dir.name or "model", self.model_dir),)
+        return self.models or ((model_name_for(self.model_dir), self.model_dir),)
 
     @property
     def default_model(self) -> str:
@@ -261,7 +261,7 @@ class Settings:
             return ref, table[ref]
         path = Path(ref).expanduser()
         if path.is_dir():
-            return path.resolve().name or "model", path.resolve()
+            return model_name_for(path.resolve()), path.resolve()
         raise ValueError(
             f"{ref!r} is neither a model name ({', '.join(table)}) nor a model directory"
         )

@@ -103,6 +103,22 @@ def test_registry_settings_model_dir_is_the_one_model_shorthand(
     assert Settings().model_table == (("demo", DEFAULT_MODEL_DIR),)
 
 
+def test_registry_settings_a_directory_name_that_is_no_model_name_is_made_one(
+    tmp_path: Path, model_dirs: dict[str, Path]
+) -> None:
+    """SPO_MODEL_DIR served "my demo" (a newline too) although names are URL segments."""
+    import shutil
+
+    spaced = tmp_path / "my demo"
+    shutil.copytree(model_dirs["ner"], spaced)
+    for env in ({"SPO_MODEL_DIR": str(spaced)}, {"SPO_MODELS": str(spaced)}):
+        assert Settings.from_env(env).model_table == (("my-demo", spaced),)
+    assert Settings.from_env({"SPO_MODELS": str(model_dirs["ner"])}).resolve_model(str(spaced)) == (
+        "my-demo",
+        spaced,
+    )
+
+
 def test_registry_settings_report_every_bad_model_at_once(
     tmp_path: Path, model_dirs: dict[str, Path]
 ) -> None:
