@@ -32,9 +32,9 @@ written in the run directory. gunicorn's logs and access log stay on stdout/stde
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, TextIO
 
 import click
 
@@ -149,11 +149,17 @@ class Supervisor:
             )
             # nginx's access lines come through a pipe: /dev/stdout cannot be opened when this
             # process's stdout is a socket (systemd's journal), and a pipe always can.
+            # Its error lines too: they quote what clients sent (a Referer, a path) as it came,
+            # control bytes included, and are escaped on their way (docs/rest.md, "Logs").
             nginx = subprocess.Popen(
-                self.nginx_argv, stdout=subprocess.PIPE, preexec_fn=_die_with_parent
+                self.nginx_argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
             )
-            assert nginx.stdout is not None
-            threading.Thread(target=_relay, args=(nginx.stdout,), daemon=True).start()
+            assert nginx.stdout is not None and nginx.stderr is not None
+            for lines, out in ((nginx.stdout, sys.stdout), (nginx.stderr, sys.stderr)):
+                threading.Thread(target=_relay, args=(lines, out), daemon=True).start()
             return self._watch(gunicorn, nginx)
         finally:
             self._stop(nginx, gunicorn)
@@ -209,12 +215,23 @@ class Supervisor:
                 process.wait(10)
 
 
-def _relay(lines: IO[bytes]) -> None:
-    """nginx's access lines onto this process's stdout, a line at a time, until nginx is gone."""
-    with contextlib.suppress(OSError, ValueError):  # stdout closed: the lines have nowhere to go
-        for line in lines:
-            sys.stdout.buffer.write(line)
-            sys.stdout.buffer.flush()
+# A control byte (but a tab) as \xNN: a client's bytes quoted in an nginx line cannot move the
+# cursor, clear a terminal or end the line early.
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _relay(lines: IO[bytes], out: TextIO | None) -> None:
+    """nginx's lines (its access lines, its error lines) onto ``out``, this process's stdout or
+    stderr, a line at a time with control bytes escaped, until nginx is gone."""
+    for line in lines:  # read to the end whatever happens: a pipe left full would block nginx
+        if out is None:
+            continue
+        body = line.removesuffix(b"\n")
+        try:
+            out.buffer.write(_CONTROL.sub(lambda m: b"\\x%02x" % m.group()[0], body) + b"\n")
+            out.buffer.flush()
+        except (OSError, ValueError):  # ``out`` closed: the lines have nowhere to go
+            out = None
 
 
 def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:

@@ -282,3 +282,26 @@ def test_supervisor_stop_kills_what_is_left_within_one_budget(tmp_path: Path) ->
         if process.stdout is not None:
             process.stdout.close()
     assert 5.5 < took < 10, took
+
+
+def test_supervisor_relays_nginx_lines_with_control_bytes_escaped() -> None:
+    """nginx's error lines quote what a client sent (a Referer, a raw path) as it came: written to
+    stderr as they were, ESC and BEL could clear a terminal or forge a line."""
+    import io
+    from types import SimpleNamespace
+
+    from app.serving.supervisor import _relay
+
+    out = SimpleNamespace(buffer=io.BytesIO())
+    lines = io.BytesIO(b'referrer: "\x1b[2J\x1b[31mFAKE\x07" \tok\nnext\x0bline\n')
+    _relay(lines, out)  # type: ignore[arg-type]
+    assert out.buffer.getvalue() == b'referrer: "\\x1b[2J\\x1b[31mFAKE\\x07" \tok\nnext\\x0bline\n'
+
+    class Closed:
+        @property
+        def buffer(self) -> Any:
+            raise ValueError("I/O operation on closed file")
+
+    rest = io.BytesIO(b"a\nb\nc\n")
+    _relay(rest, Closed())  # type: ignore[arg-type]
+    assert rest.read() == b""  # read to the end: a pipe left full would block nginx
