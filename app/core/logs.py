@@ -114,7 +114,11 @@ class JsonFormatter(logging.Formatter):
             doc.update(access)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False)
+        # U+2028, U+2029 and U+0085 escaped too: line breaks to str.splitlines(), not to JSON.
+        return json.dumps(doc, ensure_ascii=False).translate(_LINE_BREAKS)
+
+
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 class AccessLogger(GunicornLogger):  # type: ignore[misc]

@@ -67,15 +67,24 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 # -- parsers: text (a variable's or a flag's) -> value; ValueError says what was expected -------------
+_INTEGER = re.compile(r"^[+-]?[0-9]+(_[0-9]+)*$")  # ASCII digits, _ between groups: 100_000
+
+
 def _int(raw: str) -> int:
-    try:
-        return int(raw.replace("_", ""))
-    except ValueError:
-        raise ValueError(f"expected an integer, got {raw!r}") from None
+    """An integer in ASCII digits (``int()`` also took ``٦٤`` and ``１２``).
+
+    >>> _int("100_000"), _int("-3")
+    (100000, -3)
+    """
+    if not _INTEGER.match(raw):
+        raise ValueError(f"expected an integer, got {raw!r}")
+    return int(raw.replace("_", ""))
 
 
 def _seconds(raw: str) -> float:
     try:
+        if not raw.isascii():  # float() also takes other scripts' digits
+            raise ValueError
         value = float(raw)
     except ValueError:
         raise ValueError(f"expected a number of seconds, got {raw!r}") from None
@@ -487,6 +496,8 @@ class OptionType(click.ParamType[Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):  # a default, already a value
             return value
+        if not value.strip():  # `--workers=`: blank is "unset" in the environment, not on a flag
+            self.fail("expected a value, got nothing", param, ctx)
         try:
             parsed = self.option.parse(value.strip())
         except ValueError as exc:

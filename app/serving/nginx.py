@@ -36,7 +36,7 @@ def nginx_worker_user(name: str = NGINX_WORKER_USER) -> str:
 # How an nginx turns HTTP/2 on: ``http2 on;`` from 1.25.1, ``listen ... http2`` before; None: it cannot.
 HTTP2_SYNTAXES = ("directive", "listen")
 # Paths nginx reads from its configuration: no quote, backslash, ``$`` (a variable), ``;`` or space.
-_NGINX_PATH = re.compile(r"^[A-Za-z0-9._/+@=,:-]+$")
+NGINX_PATH = re.compile(r"^[A-Za-z0-9._/+@=,:-]+$")
 
 
 def nginx_http2(version_output: str) -> str | None:
@@ -60,7 +60,7 @@ def _tls_block(settings: Settings, http2: str | None) -> tuple[str, str]:
     if settings.tls_cert is None or settings.tls_key is None:
         return "", ""
     for name, path in (("SPO_TLS_CERT", settings.tls_cert), ("SPO_TLS_KEY", settings.tls_key)):
-        if not _NGINX_PATH.match(str(path)):
+        if not NGINX_PATH.match(str(path)):
             raise ValueError(
                 f"{name}: nginx cannot be given {str(path)!r}: use a path of letters, digits and "
                 "._/+@=,:- only"

@@ -85,6 +85,10 @@ def serve(
     request; SIGTERM/SIGINT stop everything gracefully."""
     # The one parse: the environment with the flags over it (a local mapping, not os.environ).
     flags = {"SPO_BIND": bind, "SPO_WORKERS": None if workers is None else str(workers)}
+    for variable, value in flags.items():
+        if value is not None and not value.strip():  # `--bind=`: blank in the environment is unset
+            flag = "--" + variable.removeprefix("SPO_").lower()
+            raise click.BadParameter("expected a value, got nothing", param_hint=flag)
     settings = _settings({**os.environ, **{k: v for k, v in flags.items() if v is not None}})
     if nginx_listen is not None and (
         listen_problem := address_problem(nginx_listen, LISTEN, "HOST:PORT or PORT")

@@ -51,7 +51,7 @@ import click
 
 from app.core.settings import Settings
 from app.serving.launch import gunicorn_command
-from app.serving.nginx import nginx_http2, render_nginx_conf
+from app.serving.nginx import NGINX_PATH, nginx_http2, render_nginx_conf
 
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 NGINX_MISSING = (
@@ -254,6 +254,11 @@ def _configure(
     nginx test it (``nginx -t``); the command line that runs nginx on it, and how it turns HTTP/2
     on (``nginx_http2``). A setting nginx cannot be
     given is a ``UsageError``; a configuration nginx refuses, a ``ClickException`` with its words."""
+    if not NGINX_PATH.match(str(prefix)):  # its pid, temp and socket paths, all under TMPDIR
+        raise click.UsageError(
+            f"nginx cannot be given paths under {prefix.parent.parent} (TMPDIR): use a TMPDIR of "
+            "letters, digits and ._/+@=,:- only"
+        )
     conf = prefix / "nginx.conf"
     # HTTP/2 with TLS where this nginx has it (Debian's 1.22: `listen ... ssl http2`).
     version = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False)
@@ -319,7 +324,7 @@ def serve_behind_nginx(
     _say(
         f"nginx ({scheme}) on {listen} -> gunicorn on unix:{socket_path}, "
         f"{settings.workers} worker(s), "
-        f"model {settings.model_dir}; pid file {pid_file}"
+        f"models {', '.join(f'{n}={d}' for n, d in settings.model_table)}; pid file {pid_file}"
     )
     sys.stderr.flush()
     supervisor = Supervisor(

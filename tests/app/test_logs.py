@@ -120,7 +120,9 @@ def test_logging_text_lines_are_one_line_whatever_the_input() -> None:
         '"GET /x\\n2026-12-06 04:40:33,001 INFO app.web.api model replaced\\r\\x1b[2J\\u2028"'
         in line
     )
-    assert json.loads(JsonFormatter().format(record))["path"] == forged  # JSON escapes by itself
+    as_json = JsonFormatter().format(record)
+    assert len(as_json.splitlines()) == 1  # U+2028 too: a line break to str.splitlines()
+    assert json.loads(as_json)["path"] == forged
     try:
         raise ValueError("bad\nvalue")
     except ValueError:

@@ -528,3 +528,15 @@ def test_nginx_check_config_tests_what_a_start_would_give_nginx(tmp_path: Path) 
     assert refused.exit_code == 2 and "SPO_TLS_CERT: nginx cannot be given" in refused.output
     no_host = CliRunner().invoke(main, ["serve", "--nginx", f":{port}"], env=env)
     assert no_host.exit_code == 2 and "HOST:PORT or PORT" in no_host.output
+    # nginx's pid, temp and socket paths live under TMPDIR: one with a space broke its "pid" line.
+    import tempfile
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(tempfile, "tempdir", str(spaced))
+    try:
+        spaced_tmp = CliRunner().invoke(
+            main, ["serve", "--nginx", str(port), "--check-config"], env=env
+        )
+    finally:
+        monkey.undo()
+    assert spaced_tmp.exit_code == 2 and "(TMPDIR): use a TMPDIR of" in spaced_tmp.output

@@ -78,6 +78,34 @@ def test_server_serve_reports_bad_settings(model_dir: Path) -> None:
     assert "SPO_WORKERS" in result.output and "SPO_LOG_FORMAT" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--bind="], {}, "Invalid value for --bind: expected a value, got nothing"),
+        (["--workers="], {}, "Invalid value for --workers: expected a value, got nothing"),
+        (
+            [],
+            {"SPO_WORKERS": "\u0661\u0662"},
+            "SPO_WORKERS: expected an integer",
+        ),  # Arabic-Indic 12
+        (
+            [],
+            {"SPO_REQUEST_TIMEOUT": "\uff13"},
+            "SPO_REQUEST_TIMEOUT: expected a number of seconds",
+        ),
+    ],
+)
+def test_server_serve_refuses_blank_flags_and_digits_of_other_scripts(
+    triples_model_dir: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    """A blank flag fell back to the default (and over SPO_BIND); int() and float() took the
+    digits of any script, and underscores anywhere."""
+    result = CliRunner().invoke(
+        main, ["serve", *args], env={"SPO_MODEL_DIR": str(triples_model_dir), **env}
+    )
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
 def test_server_serve_refuses_a_bad_model_before_starting(model_dir: Path) -> None:
     """model.json is checked (without TensorFlow) before gunicorn starts: exit 1 with the reason."""
     result = CliRunner().invoke(main, ["serve"], env={"SPO_MODEL_DIR": str(model_dir)})
