@@ -360,9 +360,18 @@ class Settings:
             problem = _model_dir_problem(self.model_dir)
             if problem:
                 bad("model_dir", problem)
+        invalid = set()
         for name, option in SETTINGS.items():
-            out += [f"{option.var}: {p}" for p in option.problems(getattr(self, name))]
-        if 0 < self.request_timeout <= 86_400 and self.request_timeout >= self.timeout:
+            problems = option.problems(getattr(self, name))
+            out += [f"{option.var}: {p}" for p in problems]
+            invalid.update([name] if problems else [])
+        # The checks between two settings, where both are valid on their own (else only the
+        # invalid one is named: SPO_TIMEOUT=-1 is not also a SPO_REQUEST_TIMEOUT problem).
+        if (
+            not invalid & {"timeout", "request_timeout"}
+            and self.request_timeout > 0
+            and self.request_timeout >= self.timeout
+        ):
             bad(
                 "request_timeout",
                 f"must be below SPO_TIMEOUT ({self.timeout} s), got {self.request_timeout:g}",
@@ -378,7 +387,11 @@ class Settings:
                 "tls_cert" if self.tls_cert is None else "tls_key",
                 "TLS needs both SPO_TLS_CERT and SPO_TLS_KEY",
             )
-        if self.max_requests and self.max_requests_jitter >= self.max_requests:
+        if (
+            not invalid & {"max_requests", "max_requests_jitter"}
+            and self.max_requests
+            and self.max_requests_jitter >= self.max_requests
+        ):
             bad("max_requests_jitter", "must be below SPO_MAX_REQUESTS")
         if self.microbatch_wait_ms > 0 and self.threads < 2:
             bad(

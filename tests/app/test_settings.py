@@ -409,3 +409,18 @@ def test_settings_tf_session_opt_ins_bad_values_are_named_with_the_valid_ones(
     ]
     with pytest.raises(SettingsError, match="SPO_EXTRA_REWRITES: unknown rewrite"):
         Settings(model_dir=model_dir, extra_rewrites=("qkv",))
+
+
+@pytest.mark.parametrize(
+    ("env", "named", "not_named"),
+    [
+        ({"SPO_TIMEOUT": "-1"}, "SPO_TIMEOUT", "SPO_REQUEST_TIMEOUT"),
+        ({"SPO_MAX_REQUESTS": "-1"}, "SPO_MAX_REQUESTS:", "SPO_MAX_REQUESTS_JITTER"),
+    ],
+)
+def test_settings_an_invalid_setting_is_not_also_blamed_on_the_one_checked_against_it(
+    triples_model_dir: Path, env: dict[str, str], named: str, not_named: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"SPO_MODEL_DIR": str(triples_model_dir), **env})
+    assert named in str(caught.value) and not_named not in str(caught.value)
