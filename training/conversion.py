@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from nlp.errors import ManifestError
@@ -69,16 +70,30 @@ def check_conversion(
     return manifest
 
 
-def replaceable(out: str | Path, *, force: bool) -> str | None:
+def replaceable(out: str | Path, *, force: bool, inputs: Sequence[str | Path] = ()) -> str | None:
     """Why a model directory may not be written at ``out``, or ``None`` when it may: ``out`` is
     free, or ``force`` and it is an empty directory or a model directory (``model.json`` in it);
     and the directory it goes in can be written (the model is staged beside ``out``: asked by
     making and removing a directory there, so that an hour's training never ends in a traceback).
+    Never a symbolic link, a mount point or the current directory (none can be renamed over), nor
+    a directory holding one of ``inputs`` (replaced, it took the corpus or weights with it).
 
     >>> replaceable("no/such/dir", force=False) is None
     True
     """
     out = Path(out)
+    if out.is_symlink():
+        return f"{out} is a symbolic link: name the directory itself"
+    if out.exists():
+        where = out.resolve()
+        if os.path.ismount(where) or Path.cwd().resolve().is_relative_to(where):
+            return (
+                f"{out} cannot be replaced (a mount point, or the current directory): write into "
+                "a directory inside it"
+            )
+        for given in inputs:
+            if Path(given).resolve().is_relative_to(where):
+                return f"{given} is inside {out}, which would be replaced: move it out first"
     base = next((parent for parent in out.parents if parent.exists()), Path("."))
     if not base.is_dir():
         return f"cannot write {out}: {base} is a file, not a directory"

@@ -23,7 +23,9 @@ from nlp import quiet_tensorflow
 with quiet_tensorflow():
     import tensorflow as tf
 
-from nlp.manifest import VOCAB_NAME, write_manifest
+from nlp.engine import first_line
+from nlp.errors import ManifestError
+from nlp.manifest import VOCAB_NAME, load_manifest, write_manifest
 from nlp.tasks import Task
 
 EXPORT_MODES = ("graph", "tf2")
@@ -76,18 +78,25 @@ def export_model_dir(
     out = Path(out_dir)
     with staged_model_dir(out, force=force) as saved:
         document = dict(manifest)
-        if mode == "graph":
-            document.update(_save_graph(build, weights, saved))
-        else:
-            model = build()
-            model.set_weights(weights)
-            tf.saved_model.save(model, str(saved))
-            document.pop("inputs", None)
-            document.pop("outputs", None)
+        try:
+            if mode == "graph":
+                document.update(_save_graph(build, weights, saved))
+            else:
+                model = build()
+                model.set_weights(weights)
+                tf.saved_model.save(model, str(saved))
+                document.pop("inputs", None)
+                document.pop("outputs", None)
+        except tf.errors.OpError as exc:  # a full disk, a quota: TensorFlow's own error type
+            raise OSError(f"cannot write {out}: {first_line(exc)}") from None
         if vocab is not None:
             shutil.copyfile(vocab, saved / VOCAB_NAME)
             document["vocab"] = {**document["vocab"], "path": VOCAB_NAME}
         write_manifest(saved, document)
+        try:  # what loading would refuse is refused here, before the directory takes OUT's place
+            load_manifest(saved)
+        except ManifestError as exc:
+            raise ValueError(f"the model would not load: {exc.message}") from None
     return out
 
 
@@ -207,6 +216,10 @@ def read_bert_config(path: str | Path, vocab_tokens: int) -> dict[str, Any]:
             f"{path}: hidden_size {config['hidden_size']} is not a multiple of "
             f"num_attention_heads {config['num_attention_heads']}"
         )
+    for key in ("max_position_embeddings", "type_vocab_size"):  # absent: bert4keras's defaults
+        value = config.get(key)
+        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
     if not isinstance(config.get("hidden_act"), str) or not config["hidden_act"]:
         raise ValueError(f"{path}: 'hidden_act' must name an activation (\"gelu\")")
     if config["vocab_size"] < vocab_tokens:
@@ -245,7 +258,14 @@ def export_user_model(
     from training.conversion import replaceable
     from training.gplinker import build_gplinker, build_ner
 
-    reason = replaceable(out_dir, force=force)
+    weights_given = Path(weights_path)
+    inputs = (
+        weights_given,
+        Path(f"{weights_given}.index"),
+        Path(schema_path),
+        Path(bert_config_path),
+    )
+    reason = replaceable(out_dir, force=force, inputs=inputs)
     if reason is not None:
         raise ValueError(reason)
     task, items = read_schema(schema_path)
@@ -257,6 +277,12 @@ def export_user_model(
     with vocab.open(encoding="utf-8") as fh:
         tokens = sum(1 for _ in fh)
     config = read_bert_config(bert_config_path, tokens)
+    positions = config.get("max_position_embeddings", 512)
+    if max_length > positions:
+        raise ValueError(
+            f"--max-length {max_length} is more than the {positions} positions of "
+            f"{bert_config_path} (max_position_embeddings): use at most {positions}"
+        )
     weights = Path(weights_path)
     if not weights.is_file() and not Path(f"{weights}.index").is_file():
         raise ValueError(
@@ -271,13 +297,17 @@ def export_user_model(
 
     model = build()
     try:
-        model.load_weights(str(weights))
+        status = model.load_weights(str(weights))
+        # A TF checkpoint restores what matches and leaves the rest as built (a checkpoint of
+        # another architecture gave a model of random heads): every variable must come from it.
+        if hasattr(status, "assert_existing_objects_matched"):
+            status.assert_existing_objects_matched()
     except Exception as exc:  # h5py, TF checkpoint and Keras shape errors: each its own type
         labels = "predicates" if task is Task.TRIPLES else "entity types"
         raise ValueError(
             f"{weights}: cannot load these weights into a {task} model of {len(items)} {labels} "
             f"(--schema), head size {head_size} (--head-size) and the encoder of "
-            f"{bert_config_path} (--bert-config): {type(exc).__name__}: {exc}"
+            f"{bert_config_path} (--bert-config): {type(exc).__name__}: {first_line(exc)[:500]}"
         ) from None
     document = manifest_document(
         name=name,

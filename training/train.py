@@ -36,7 +36,7 @@ from nlp.tasks import Task, task_named
 from nlp.tokenization import Tokenizer
 from training.config import DEFAULT_NAMES, TrainConfig
 from training.conversion import replaceable
-from training.evaluate import labels_check, read_records
+from training.evaluate import DataError, labels_check, read_records
 from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple_entities
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 TRAIN_LENGTHS = (32, 64, 96, 128)
 MAX_ENTITY_LABELS = 16
 MAX_PAIR_LABELS = 8
+# The label arrays of the outputs, in role order (a task has the first n), each with its cap.
+LABEL_CAPS = (("entity", MAX_ENTITY_LABELS), ("head", MAX_PAIR_LABELS), ("tail", MAX_PAIR_LABELS))
 
 
 @dataclass
@@ -55,6 +57,10 @@ class Example:
     entity: list[set[tuple[int, int]]]
     head: list[set[tuple[int, int]]] = field(default_factory=list)
     tail: list[set[tuple[int, int]]] = field(default_factory=list)
+
+
+class TrainingError(Exception):
+    """The training ran and produced nothing worth writing (its weights diverged)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -185,11 +191,9 @@ def make_batch(
     for i, ex in enumerate(examples):
         tokens[i, : len(ex.token_ids)] = ex.token_ids
     segments = np.zeros_like(tokens)
-    # The label arrays of the task's outputs, in role order (the first n of these).
-    fields = (("entity", MAX_ENTITY_LABELS), ("head", MAX_PAIR_LABELS), ("tail", MAX_PAIR_LABELS))
     labels = [
         np.array([_pad_labels(getattr(ex, name), size) for ex in examples], dtype="int32")
-        for name, size in fields[: task_named(task).n_outputs]
+        for name, size in LABEL_CAPS[: task_named(task).n_outputs]
     ]
     return [tokens, segments], labels
 
@@ -298,7 +302,7 @@ def train(config: TrainConfig) -> Path:
         raise ValueError("; ".join(problems))
     task = task_named(config.task)
     # The export replaces out_dir: know now, not after the training, whether it may.
-    reason = replaceable(config.out_dir, force=True)
+    reason = replaceable(config.out_dir, force=True, inputs=(config.train_path,))
     if reason is not None:
         raise FileExistsError(reason)
     seed_everything(config.seed)
@@ -341,6 +345,29 @@ def train(config: TrainConfig) -> Path:
             config.max_length,
             config.max_length - 2,
             left_out[OFF_TOKEN_BOUNDARIES],
+        )
+    trained = left_out["labels"] - left_out[PAST_MAX_LENGTH] - left_out[OFF_TOKEN_BOUNDARIES]
+    if trained <= 0:  # a model of nothing: its heads would learn to answer nothing at all
+        raise DataError(
+            f"{config.train_path}: no labelled {'triple' if task is Task.TRIPLES else 'entity'} "
+            f"can be trained on ({left_out['labels']} in the corpus, "
+            f"{left_out['labels'] - trained} of them off token boundaries or past max_length)"
+        )
+    # make_batch keeps at most MAX_ENTITY_LABELS spans a role (or type) and MAX_PAIR_LABELS pairs a
+    # predicate in one text: what is over is counted here, never dropped unseen.
+    beyond_caps = sum(
+        max(0, len(labelled) - cap)
+        for ex in examples
+        for name, cap in LABEL_CAPS[: task.n_outputs]
+        for labelled in getattr(ex, name)
+    )
+    if beyond_caps:
+        logger.warning(
+            "%d labelled spans or pairs are over the per-text caps (%d spans a role or type, %d "
+            "pairs a predicate) and are not trained on",
+            beyond_caps,
+            MAX_ENTITY_LABELS,
+            MAX_PAIR_LABELS,
         )
 
     build_model = {Task.TRIPLES: build_gplinker, Task.ENTITIES: build_ner}[task]
@@ -403,6 +430,14 @@ def train(config: TrainConfig) -> Path:
         epoch += 1
     minutes = (time.monotonic() - started) / 60
     logger.info("trained %d steps in %.1f min", step, minutes)
+    weights = average.weights() if average is not None else model.get_weights()
+    diverged = sum(1 for w in weights if not np.isfinite(w).all())
+    if diverged:  # a NaN model loads and answers nothing: never written
+        raise TrainingError(
+            f"training diverged: {diverged} of the model's {len(weights)} weight arrays are not "
+            f"finite after {step} steps; nothing was written (lower --lr, now "
+            f"{config.learning_rate:g})"
+        )
 
     doc = manifest_document(
         name=config.name or DEFAULT_NAMES[task],
@@ -421,7 +456,7 @@ def train(config: TrainConfig) -> Path:
     readme_text = readme.read_bytes() if readme.is_file() else None
     out = export_model_dir(
         build,
-        average.weights() if average is not None else model.get_weights(),
+        weights,
         config.out_dir,
         doc,
         mode="graph",
@@ -440,6 +475,7 @@ def train(config: TrainConfig) -> Path:
                     "total": left_out["labels"],
                     PAST_MAX_LENGTH: left_out[PAST_MAX_LENGTH],
                     OFF_TOKEN_BOUNDARIES: left_out[OFF_TOKEN_BOUNDARIES],
+                    "beyond_caps": beyond_caps,
                 },
                 "epochs": config.epochs,
                 "max_steps": config.max_steps,

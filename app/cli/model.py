@@ -122,6 +122,28 @@ def _conversion_failed(out: Path, exc: OSError) -> click.ClickException:
     return click.ClickException(f"{where}: {exc.strerror or exc}")
 
 
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM (kill, a container stopped) ends the command as Ctrl-C does, through every
+    ``finally``: a model being written is staged beside OUT, and killed outright the staging
+    folder stayed behind. Exit status 143 (128 + SIGTERM), as a shell expects."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F], F]:
     """A click option taking one of ``choices``, the first by default (shown in --help)."""
     return click.option(
@@ -132,7 +154,7 @@ def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F
 @click.command("make-corpus")
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--n", "count", type=click.IntRange(min=1), default=20000, show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True)
 @_choice(
     "--split",
     choices=("train", "heldout"),
@@ -289,7 +311,7 @@ def train_command(
     before training starts; a bad line is named and nothing is trained.
     """
     from training.evaluate import DataError
-    from training.train import train
+    from training.train import TrainingError, train
 
     if task != Task.TRIPLES and link_rule != LINK_RULES[0]:
         raise click.BadParameter(
@@ -325,9 +347,12 @@ def train_command(
     except ValueError as exc:  # NaN and other values click's ranges let through
         raise click.UsageError(str(exc)) from None
     try:
-        result = train(config)
-    except (DataError, FileExistsError) as exc:
+        with _sigterm_unwinds():
+            result = train(config)
+    except (DataError, FileExistsError, TrainingError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a full disk at the end: the directory at --out is as it was
+        raise _conversion_failed(out, exc) from None
     click.echo(f"model written to {result}")
 
 
@@ -482,9 +507,14 @@ def export_command(out_dir: Path, cased: bool, force: bool, **params: Any) -> No
     from training.export import export_user_model
 
     try:
-        result = export_user_model(out_dir=out_dir, do_lower_case=not cased, force=force, **params)
+        with _sigterm_unwinds():
+            result = export_user_model(
+                out_dir=out_dir, do_lower_case=not cased, force=force, **params
+            )
     except ValueError as exc:  # --out, the schema, config or weights, or an option of another task
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a full disk: the directory at --out is as it was
+        raise _conversion_failed(out_dir, exc) from None
     click.echo(f"model written to {result}")
 
 
@@ -510,7 +540,8 @@ def export_onnx_command(
     from training.onnx_export import OnnxExportError, export_onnx
 
     try:
-        result = export_onnx(model_dir, out, precision=precision, opset=opset, force=force)
+        with _sigterm_unwinds():
+            result = export_onnx(model_dir, out, precision=precision, opset=opset, force=force)
     except (OnnxExportError, ModelLoadError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
@@ -560,10 +591,11 @@ def export_openvino_command(
     if calibration is not None and precision != "int8":
         raise click.UsageError("--calibration is for --precision int8 only")
     try:
-        result = export_openvino(
-            model_dir, out, precision=precision, calibration=calibration, samples=samples,
-            force=force,
-        )  # fmt: skip
+        with _sigterm_unwinds():
+            result = export_openvino(
+                model_dir, out, precision=precision, calibration=calibration, samples=samples,
+                force=force,
+            )  # fmt: skip
     except OpenVinoExportError as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
@@ -608,7 +640,8 @@ def quantize_command(
             if calibration_path is not None
             else None
         )
-        result = quantize(model_dir, out_dir, calibration=calibration, force=force)
+        with _sigterm_unwinds():
+            result = quantize(model_dir, out_dir, calibration=calibration, force=force)
     except QuantizeError as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:

@@ -444,3 +444,20 @@ def test_converter_file_system_errors_name_the_right_path(tmp_path):
     )
     raced = FileExistsError(f"{out} exists (use --force to replace it)")
     assert _conversion_failed(out, raced).message == f"{out} exists (use --force to replace it)"
+
+
+def test_train_a_failure_of_the_file_system_at_the_end_is_one_line(tmp_path, monkeypatch):
+    """A full disk while the model was written ended the run in a traceback (an OSError, or
+    TensorFlow's ResourceExhaustedError, now turned into one by the export)."""
+    import training.train
+
+    def full(config):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(training.train, "train", full)
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}\n')
+    out = tmp_path / "model"
+    result = CliRunner().invoke(main, ["train", str(data), "--out", str(out)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.endswith(f"Error: cannot write {out}: No space left on device\n")

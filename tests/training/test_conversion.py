@@ -250,3 +250,25 @@ def test_a_directory_made_at_out_during_the_work_is_never_replaced_without_force
             (out / "precious.txt").write_text("mine", encoding="utf-8")
         assert (out / "precious.txt").read_text(encoding="utf-8") == "mine"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing staged is left
+
+
+def test_conversion_never_replaces_a_link_the_current_directory_or_its_inputs_home(
+    tmp_path, monkeypatch
+):
+    """Each ended an hour's training in a traceback (a dangling link: NotADirectoryError; the
+    current directory or a mount point: EBUSY), or deleted the corpus inside OUT."""
+    from training.conversion import replaceable
+
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "missing")
+    assert "is a symbolic link" in replaceable(link, force=True)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text("{}")
+    monkeypatch.chdir(model)
+    assert "the current directory" in replaceable(model, force=True)
+    monkeypatch.chdir(tmp_path)
+    assert replaceable(model, force=True) is None
+    assert "which would be replaced" in replaceable(
+        model, force=True, inputs=[model / "corpus.jsonl"]
+    )

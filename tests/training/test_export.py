@@ -119,6 +119,8 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
         ({"num_attention_heads": 3}, "hidden_size 32 is not a multiple of num_attention_heads 3"),
         ({"hidden_act": ""}, "'hidden_act' must name an activation"),
         ({"vocab_size": 5}, "vocab_size 5 is smaller than the vocab's"),
+        ({"type_vocab_size": 0}, "'type_vocab_size' must be a positive integer, got 0"),
+        ({"max_position_embeddings": "abc"}, "'max_position_embeddings' must be a positive"),
     ],
 )
 def test_export_user_model_refuses_a_bert_config_it_cannot_build(
@@ -164,3 +166,43 @@ def test_export_user_model_refuses_missing_or_mismatched_weights(
     ):
         export_user_model(weights_path=weights, **common)
     assert not (tmp_path / "out").exists()
+
+
+def test_export_user_model_refuses_what_would_not_load_and_never_replaces_its_inputs(
+    tmp_path: Path, vocab_path: Path
+) -> None:
+    """Each exported with exit 0 a model the loader refused (positions, a schema entry without
+    types, a TF checkpoint of another architecture: random heads); --force with the weights inside
+    --out deleted them."""
+    import nlp  # noqa: F401
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG, build_gplinker, build_ner
+
+    config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+    schema = _write_schema(tmp_path / "schema", "json-list")
+    weights = tmp_path / "w.weights.h5"
+    build_gplinker(config, len(TINY_PREDICATES), head_size=16).save_weights(str(weights))
+    common = {"bert_config_path": tmp_path / "bert_config.json", "vocab_path": vocab_path,
+              "out_dir": tmp_path / "out", "head_size": 16, "max_length": 16}  # fmt: skip
+    positions = config.get("max_position_embeddings", 512)
+    with pytest.raises(ValueError, match=f"--max-length {positions + 1} is more than the"):
+        export_user_model(weights_path=weights, schema_path=schema,
+                          **{**common, "max_length": positions + 1})  # fmt: skip
+    untyped = tmp_path / "untyped.json"
+    untyped.write_text(json.dumps([{"predicate": p["predicate"]} for p in TINY_PREDICATES]))
+    with pytest.raises(ValueError, match=r"the model would not load: model\.json: field"):
+        export_user_model(weights_path=weights, schema_path=untyped, **common)
+    ner_checkpoint = tmp_path / "ner" / "w"
+    build_ner(config, 2, head_size=16).save_weights(str(ner_checkpoint))  # a TF checkpoint
+    with pytest.raises(ValueError, match="not bound to checkpointed values"):
+        export_user_model(weights_path=ner_checkpoint, schema_path=schema, **common)
+    assert not (tmp_path / "out").exists()
+    checkpoint = tmp_path / "triples" / "w"
+    build_gplinker(config, len(TINY_PREDICATES), head_size=16).save_weights(str(checkpoint))
+    export_user_model(weights_path=checkpoint, schema_path=schema, **common)  # every variable
+    inside = tmp_path / "out" / "w.weights.h5"
+    inside.write_bytes(weights.read_bytes())
+    with pytest.raises(ValueError, match=r"is inside .* which would be replaced"):
+        export_user_model(weights_path=inside, schema_path=schema, force=True, **common)
+    assert inside.is_file()

@@ -291,3 +291,56 @@ def test_train_tiny_entities_run_writes_a_loadable_ner_model_dir(tmp_path: Path)
     gold = sum(len(gold_entities(r)) for r in read_records(data))
     assert scores.records == 24 and scores.predicted == 0 and scores.gold == gold > 0
     assert all(e["spurious"] == [] and e["missed"] for e in errors)
+
+
+def _tiny(tmp_path: Path, data: Path, **changes: object) -> object:
+    from training.gplinker import TINY_BERT_CONFIG
+    from training.train import TrainConfig
+
+    fields: dict[str, object] = {
+        "train_path": data, "out_dir": tmp_path / "model", "max_steps": 2, "batch_size": 4,
+        "max_length": 64, "head_size": 16, "threshold": 1e9, "bert_config": dict(TINY_BERT_CONFIG),
+    }  # fmt: skip
+    return TrainConfig(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_train_refuses_a_corpus_with_nothing_to_train_on(tmp_path: Path) -> None:
+    """Every record without a triple (or every argument off token boundaries) trained a model of
+    nothing and wrote it, exit 0."""
+    from training.evaluate import DataError
+    from training.train import train
+
+    data = tmp_path / "empty.jsonl"
+    data.write_text('{"text": "今天天气很好。", "triples": []}\n' * 5, encoding="utf-8")
+    with pytest.raises(DataError, match="no labelled triple can be trained on"):
+        train(_tiny(tmp_path, data))  # type: ignore[arg-type]
+    assert not (tmp_path / "model").exists()
+
+
+def test_train_refuses_to_replace_a_directory_holding_its_corpus(tmp_path: Path) -> None:
+    """--out replaced the directory the corpus was in: the corpus was deleted with it."""
+    from training.corpus import write_corpus
+    from training.train import train
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text("{}")
+    data = model / "corpus.jsonl"
+    write_corpus(data, 10, seed=3)
+    with pytest.raises(FileExistsError, match=r"is inside .* which would be replaced"):
+        train(_tiny(tmp_path, data))  # type: ignore[arg-type]
+    assert data.is_file()
+
+
+@pytest.mark.slow
+def test_train_a_diverged_run_writes_nothing(tmp_path: Path) -> None:
+    """A learning rate of 1e30 left NaN weights: the model was written, loaded and answered
+    nothing."""
+    from training.corpus import write_corpus
+    from training.train import TrainingError, train
+
+    data = tmp_path / "train.jsonl"
+    write_corpus(data, 20, seed=3)
+    with pytest.raises(TrainingError, match=r"training diverged: .* \(lower --lr"):
+        train(_tiny(tmp_path, data, learning_rate=1e30, max_steps=3, warmup_steps=0))  # type: ignore[arg-type]
+    assert not (tmp_path / "model").exists()
