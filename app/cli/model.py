@@ -206,6 +206,10 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     return value
 
 
+# Steps a run may ask for (a number of 400 digits reached TensorFlow as a tensor it cannot hold).
+MAX_STEPS = 10_000_000
+
+
 @click.command("train")
 @click.argument("train_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -223,21 +227,23 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     help="Model directory to write [default: models/demo, or models/ner with --task entities, "
     "under the working directory].",
 )
-@click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
 @click.option(
-    "--batch-size", type=click.IntRange(min=1), default=TrainConfig.batch_size, show_default=True
+    "--epochs", type=click.IntRange(1, 10_000), default=TrainConfig.epochs, show_default=True
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, 4096), default=TrainConfig.batch_size, show_default=True
 )
 @click.option("--lr", type=float, default=TrainConfig.learning_rate, show_default=True)
 @click.option(
     "--warmup",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_STEPS),
     default=TrainConfig.warmup_steps,
     show_default=True,
     help="Learning-rate warm-up steps.",
 )
 @click.option(
     "--max-steps",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_STEPS),
     default=None,
     help="Train exactly this many steps (overrides --epochs; reproducible on any machine).",
 )
@@ -272,7 +278,7 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--hidden-size",
-    type=click.IntRange(min=4),
+    type=click.IntRange(4, 1024),
     default=DEMO_BERT_CONFIG["hidden_size"],
     show_default=True,
     help="Encoder width (a multiple of its 4 attention heads; feed-forward 4x as wide).",
@@ -286,7 +292,9 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
     "trades precision for recall; pick it on a tuning set with spo evaluate).",
 )
 @_choice("--link-rule", choices=LINK_RULES, help=_LINK_RULE_HELP)
-@click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
+@click.option(
+    "--seed", type=click.IntRange(0, 2**32 - 1), default=TrainConfig.seed, show_default=True
+)
 def train_command(
     train_path: Path,
     task: str,

@@ -375,7 +375,6 @@ def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
         (["--dropout", "nan"], "dropout must be 0 to 0.9, got nan"),
         (["--token-noise", "nan"], "token_noise must be 0 to 0.5, got nan"),
         (["--ema", "nan"], "ema must be 0 to 0.9999, got nan"),
-        (["--seed", "-1"], "seed must be 0 to 2**32 - 1, got -1"),
     ],
 )
 def test_modelcli_train_refuses_what_click_ranges_let_through(
@@ -461,3 +460,18 @@ def test_train_a_failure_of_the_file_system_at_the_end_is_one_line(tmp_path, mon
     result = CliRunner().invoke(main, ["train", str(data), "--out", str(out)])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.endswith(f"Error: cannot write {out}: No space left on device\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--warmup", "1" + "0" * 400], ["--max-steps", "10000001"], ["--hidden-size", "400000"],
+     ["--seed", "-5"]],
+)  # fmt: skip
+def test_train_refuses_numbers_out_of_range_before_training(tmp_path, args):
+    """A 400-digit --warmup reached TensorFlow ("out-of-range integer to Tensor") after the corpus
+    was read; --hidden-size 400000 ran the machine out of memory."""
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"text": "张三出生于北京。", "triples": [["张三", "出生地", "北京"]]}\n')
+    result = CliRunner().invoke(main, ["train", str(data), "--out", str(tmp_path / "m"), *args])
+    assert result.exit_code == 2 and "Invalid value for" in result.output
+    assert not (tmp_path / "m").exists()
