@@ -2,10 +2,11 @@
 
 A file output (a regular file: a device or a pipe is refused, ``-o -`` is stdout) has a sidecar
 ``<output>.checkpoint.json`` while the run is in progress. After each window the lines are written
-and fsynced, then the checkpoint (records done, output bytes, last id, errors, and the fingerprint of
-inputs, options and model) is replaced atomically. ``--resume`` truncates the output to the
-checkpointed byte count, so a partial line or a window written after the last checkpoint (a kill
-between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar is removed when the run
+and fsynced, then the checkpoint (records done, output bytes, last id, errors, and the fingerprint
+of inputs, options and model) is replaced atomically. ``--resume`` checks the checkpoint's fields
+(counts; ``done`` lines up to its byte count, the last of them ``last_id``), then truncates the
+output to the checkpointed byte count, so a partial line or a window written after the last
+checkpoint (a kill between the two fsyncs) is cut and redone: no duplicate, no gap. The sidecar is removed when the run
 completes; an output with no sidecar is complete (or not ours).
 
 One writer at a time: before its model loads, a run claims the output (``claim``). It opens it
