@@ -692,9 +692,11 @@ def test_master_a_reload_whose_check_fails_unexpectedly_is_refused_not_fatal(
 
 
 def test_master_a_model_dir_that_is_a_symlink_loop_is_a_settings_error(tmp_path: Path) -> None:
+    """Python 3.11's Path.resolve raised RuntimeError on the loop, uncaught (in a reload, gunicorn's
+    main loop died of it); 3.13's resolves it to the path, found to be no directory."""
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    with pytest.raises(SettingsError, match="SPO_MODEL_DIR: cannot resolve"):
+    with pytest.raises(SettingsError, match=r"SPO_MODEL_DIR: (cannot resolve|not a directory)"):
         Settings.from_env({"SPO_MODEL_DIR": str(loop)})
 
 
