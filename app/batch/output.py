@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from app.core.jsonlines import LINE_BREAKS
 from nlp.values import Failure, Outcome
 
 CHECKPOINT_SUFFIX = ".checkpoint.json"
@@ -48,17 +49,13 @@ class OutputError(Exception):
     """The output cannot be written or resumed as asked; the message says why and what to do."""
 
 
-# Line breaks to str.splitlines() (not to JSON): escaped, so that no reader splits a record in two.
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
 def json_bytes(value: Any) -> bytes:
     """Compact UTF-8 JSON on one line for any reader (``str.splitlines()`` included); a lone
     surrogate (only possible in an id) falls back to ASCII escapes. Every JSON-lines file spo writes
     from a user's text is written with it (this output, ``spo evaluate --errors``)."""
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        return text.translate(_LINE_BREAKS).encode("utf-8")
+        return text.translate(LINE_BREAKS).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 

@@ -29,6 +29,7 @@ from typing import Any
 from flask import Flask, Response, g, has_request_context, request
 from gunicorn.glogging import Logger as GunicornLogger
 
+from app.core.jsonlines import LINE_BREAKS
 from app.core.settings import LogSettings, Settings
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -114,11 +115,7 @@ class JsonFormatter(logging.Formatter):
             doc.update(access)
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        # U+2028, U+2029 and U+0085 escaped too: line breaks to str.splitlines(), not to JSON.
-        return json.dumps(doc, ensure_ascii=False).translate(_LINE_BREAKS)
-
-
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+        return json.dumps(doc, ensure_ascii=False).translate(LINE_BREAKS)
 
 
 class AccessLogger(GunicornLogger):  # type: ignore[misc]

@@ -258,6 +258,8 @@ class Metrics:
     # -- model -----------------------------------------------------------------------------------
     def watch_extractor(self, extractor: Any) -> None:
         """Record this extractor's model calls and describe its model (once per extractor)."""
+        if extractor in self._extractors:  # every request asks: no lock once it is watched
+            return
         with self._watching:
             if extractor in self._extractors:
                 return
