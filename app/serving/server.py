@@ -11,6 +11,7 @@ without ``--nginx`` (``nginx_only_problems``), never silently ignored.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from app.core.logs import configure_logging
 from app.core.options import LISTEN, address_problem, click_options
 from app.core.settings import Settings, SettingsError
 from app.serving.launch import (
@@ -30,6 +32,8 @@ from app.serving.launch import (
 from app.serving.master import check_model_dir, not_a_master
 from app.serving.nginx import nginx_only_problems
 from nlp.errors import SpoError
+
+_log = logging.getLogger("spo.serve")  # its lines once the settings are read (SPO_LOG_FORMAT)
 
 
 def secret_warnings(settings: Settings) -> list[str]:
@@ -129,22 +133,26 @@ def serve(
             check_nginx_config(settings, nginx_listen)
             click.echo(f"nginx accepts its configuration for {nginx_listen}")
     else:
+        # From here its lines are log lines, in SPO_LOG_FORMAT as gunicorn's and nginx's are (a
+        # program embedding the command keeps its own logging set-up).
+        if not logging.getLogger().handlers:
+            configure_logging(settings)
         for warning in [*sizing.warnings, *secret_warnings(settings)]:
-            click.echo(f"spo serve: WARNING: {warning}", err=True)
+            _log.warning("%s", warning)
     if not check_config and (removed := remove_stale_pid_file(pid_file)):
-        click.echo(f"spo serve: {removed}", err=True)
+        _log.info("%s", removed)
     if nginx_listen is not None and not check_config:
         from app.serving.supervisor import serve_behind_nginx
 
         sys.exit(serve_behind_nginx(settings, nginx_listen, pid_file, extra, os.environ))
     argv, child_env = gunicorn_command(settings, extra, os.environ, pid_file=pid_file)
-    click.echo(
-        f"spo serve: {', '.join(f'{n}={m.name} v{m.version} from {d}' for (n, d), m in checked)} "
-        f"on {settings.bind if nginx_listen is None else f'{nginx_listen} (nginx)'}, "
-        f"{settings.workers} worker(s)"
-        f"{', jemalloc' if 'libjemalloc' in child_env.get('LD_PRELOAD', '') else ''}; "
-        f"pid file {pid_file}",
-        err=True,
+    _log.info(
+        "%s on %s, %s worker(s)%s; pid file %s",
+        ", ".join(f"{n}={m.name} v{m.version} from {d}" for (n, d), m in checked),
+        settings.bind,
+        settings.workers,
+        ", jemalloc" if "libjemalloc" in child_env.get("LD_PRELOAD", "") else "",
+        pid_file,
     )
     sys.stdout.flush()
     sys.stderr.flush()

@@ -27,12 +27,16 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
 nginx's errors go to this process's stderr, and the access lines of the requests nginx answers itself
 (its limits, malformed requests: nothing reached gunicorn) to its stdout, through a pipe; no log is
 written in the run directory. gunicorn's logs and access log stay on stdout/stderr as without
-``--nginx``.
+``--nginx``. Every line keeps to ``SPO_LOG_FORMAT``: the supervisor's own lines go through the one
+logging setup (``app.core.logs``, logger ``spo.serve``), nginx's access lines are rendered in that format
+by nginx itself, and under ``json`` each nginx error line becomes one JSON object (logger ``nginx``,
+its level from nginx's ``[warn]``/``[error]``...), so a log shipper never meets a line it cannot parse.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import shutil
@@ -49,6 +53,7 @@ from typing import IO, TextIO
 
 import click
 
+from app.core.logs import configure_logging
 from app.core.settings import Settings
 from app.serving.launch import gunicorn_command
 from app.serving.nginx import NGINX_PATH, nginx_http2, render_nginx_conf
@@ -89,9 +94,12 @@ def remove_stale_run_dirs(parent: Path) -> list[Path]:
     return removed
 
 
-def _say(message: str) -> None:
-    """The supervisor's own lines, on stderr beside gunicorn's and nginx's."""
-    click.echo(f"spo serve: {message}", err=True)
+_log = logging.getLogger("spo.serve")
+
+
+def _say(message: str, level: int = logging.INFO) -> None:
+    """The supervisor's own lines, on stderr beside gunicorn's and nginx's, in ``SPO_LOG_FORMAT``."""
+    _log.log(level, "%s", message)
 
 
 def find_nginx() -> str | None:
@@ -124,7 +132,10 @@ class Supervisor:
         graceful_timeout: float,
         on_exit: Callable[[], None] = lambda: None,
         certificates: Sequence[Path] = (),
+        errors_as_log: bool = False,
     ) -> None:
+        # nginx's error lines as log records (SPO_LOG_FORMAT=json), else relayed as written
+        self.errors_as_log = errors_as_log
         self.nginx_argv = list(nginx_argv)
         self.gunicorn_argv = list(gunicorn_argv)
         self.gunicorn_env = dict(gunicorn_env)
@@ -143,6 +154,7 @@ class Supervisor:
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         previous = {s: signal.signal(s, self._queue) for s in handled}
         gunicorn = nginx = None
+        threads: list[threading.Thread] = []
         try:
             gunicorn = subprocess.Popen(
                 self.gunicorn_argv, env=self.gunicorn_env, preexec_fn=_die_with_parent
@@ -158,11 +170,20 @@ class Supervisor:
                 preexec_fn=_die_with_parent,
             )
             assert nginx.stdout is not None and nginx.stderr is not None
-            for lines, out in ((nginx.stdout, sys.stdout), (nginx.stderr, sys.stderr)):
-                threading.Thread(target=_relay, args=(lines, out), daemon=True).start()
+            threads.append(threading.Thread(target=_relay, args=(nginx.stdout, sys.stdout)))
+            if self.errors_as_log:
+                log = logging.getLogger("nginx")
+                threads.append(threading.Thread(target=_relay_to_log, args=(nginx.stderr, log)))
+            else:
+                threads.append(threading.Thread(target=_relay, args=(nginx.stderr, sys.stderr)))
+            for thread in threads:
+                thread.daemon = True
+                thread.start()
             return self._watch(gunicorn, nginx)
         finally:
             self._stop(nginx, gunicorn)
+            for thread in threads:  # nginx is gone: its last lines (an [emerg]) are still relayed
+                thread.join(2.0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
             self.on_exit()
@@ -180,7 +201,7 @@ class Supervisor:
             for name, process in (("gunicorn", gunicorn), ("nginx", nginx)):
                 code = process.poll()
                 if code is not None:
-                    _say(f"{name} exited (status {code}): stopping the other")
+                    _say(f"{name} exited (status {code}): stopping the other", logging.ERROR)
                     return code or 1
             if self.certificates and time.monotonic() - self._looked >= CERT_CHECK_S:
                 self._look_at_certificates(nginx)
@@ -210,7 +231,7 @@ class Supervisor:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _say(f"pid {process.pid} did not stop in time: killing it")
+                _say(f"pid {process.pid} did not stop in time: killing it", logging.WARNING)
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
 
@@ -232,6 +253,30 @@ def _relay(lines: IO[bytes], out: TextIO | None) -> None:
             out.buffer.flush()
         except (OSError, ValueError):  # ``out`` closed: the lines have nowhere to go
             out = None
+
+
+# nginx's error line: "2026/12/06 17:50:01 [warn] 12#12: *3 ..."; its level, as logging's.
+_NGINX_LEVEL = re.compile(rb"^\S+ \S+ \[(\w+)\] ")
+_NGINX_LEVELS = {
+    b"emerg": logging.CRITICAL,
+    b"alert": logging.CRITICAL,
+    b"crit": logging.CRITICAL,
+    b"error": logging.ERROR,
+    b"warn": logging.WARNING,
+    b"notice": logging.INFO,
+    b"info": logging.INFO,
+    b"debug": logging.DEBUG,
+}
+
+
+def _relay_to_log(lines: IO[bytes], log: logging.Logger) -> None:
+    """nginx's error lines as records of ``log`` (``SPO_LOG_FORMAT=json``: one JSON object each, its
+    message the line as nginx wrote it, bytes that are not UTF-8 as ``\\xNN``), until nginx is gone."""
+    for line in lines:  # read to the end: a pipe left full would block nginx
+        body = line.removesuffix(b"\n")
+        found = _NGINX_LEVEL.match(body)
+        level = _NGINX_LEVELS.get(found.group(1), logging.ERROR) if found else logging.ERROR
+        log.log(level, "%s", body.decode("utf-8", "backslashreplace"))
 
 
 def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:
@@ -301,6 +346,8 @@ def serve_behind_nginx(
     nginx = find_nginx()
     if nginx is None:
         raise click.ClickException(NGINX_MISSING)
+    if not logging.getLogger().handlers:  # a program embedding the command keeps its own set-up
+        configure_logging(settings)
     for stale in remove_stale_run_dirs(Path(tempfile.gettempdir())):
         _say(f"removed {stale}: the run directory of a spo serve --nginx that was killed")
     run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
@@ -334,5 +381,6 @@ def serve_behind_nginx(
         graceful_timeout=settings.graceful_timeout,
         on_exit=lambda: shutil.rmtree(run_dir, ignore_errors=True),
         certificates=[p for p in (settings.tls_cert, settings.tls_key) if p is not None],
+        errors_as_log=settings.log_format == "json",
     )
     return supervisor.run()

@@ -6,6 +6,7 @@ The signal handling itself is tested with two stand-in processes, without nginx 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -305,3 +306,43 @@ def test_supervisor_relays_nginx_lines_with_control_bytes_escaped() -> None:
     rest = io.BytesIO(b"a\nb\nc\n")
     _relay(rest, Closed())  # type: ignore[arg-type]
     assert rest.read() == b""  # read to the end: a pipe left full would block nginx
+
+
+NGINX_FAILS = r"""
+import sys
+sys.stderr.buffer.write(b'2026/12/06 17:50:01 [warn] 7#7: *1 client sent "\x1b[2J\xff" ok\n')
+sys.stderr.buffer.write(b'2026/12/06 17:50:02 [emerg] 7#7: bind() failed\n')
+sys.exit(1)
+"""
+
+
+def test_supervisor_lines_are_json_objects_under_json_logs(tmp_path: Path) -> None:
+    """SPO_LOG_FORMAT=json: the supervisor's own lines and nginx's error lines are each one JSON
+    object on stderr (a log shipper parses every line), nginx's level kept, its bytes escaped."""
+    stand_in, nginx = tmp_path / "stand_in.py", tmp_path / "nginx.py"
+    stand_in.write_text(STAND_IN)
+    nginx.write_text(NGINX_FAILS)
+    driver = textwrap.dedent(
+        f"""
+        import sys
+        from app.core.logs import configure_logging
+        from app.core.settings import LogSettings
+        from app.serving.supervisor import Supervisor
+        configure_logging(LogSettings(log_format="json", log_level="INFO"))
+        py = sys.executable
+        sup = Supervisor([py, {str(nginx)!r}], [py, {str(stand_in)!r}, {str(tmp_path / "g")!r}],
+                         {{}}, graceful_timeout=5, errors_as_log=True)
+        sys.exit(sup.run())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", driver], capture_output=True, timeout=60, cwd=Path.cwd()
+    )
+    assert done.returncode == 1, done.stderr
+    records = [json.loads(line) for line in done.stderr.decode().splitlines()]
+    by_logger = {(r["logger"], r["level"]): r["message"] for r in records}
+    assert by_logger[("nginx", "WARNING")] == (
+        '2026/12/06 17:50:01 [warn] 7#7: *1 client sent "\x1b[2J\\xff" ok'
+    )
+    assert by_logger[("nginx", "CRITICAL")].endswith("[emerg] 7#7: bind() failed")
+    assert by_logger[("spo.serve", "ERROR")] == "nginx exited (status 1): stopping the other"
