@@ -435,7 +435,7 @@ _TABLE = (
     Option("log_format", "text", "text, or json for one JSON object per line (the service and every "
            "spo command)", **_choices(LOG_FORMATS)),
     Option("log_level", "INFO", "DEBUG, INFO, WARNING or ERROR", **_choices(LOG_LEVELS, upper=True)),
-    Option("access_log", True, "gunicorn's access log on stdout (and with --nginx, nginx's lines for the requests it answers itself)", _bool),
+    Option("access_log", True, "gunicorn's access log on stdout (and with --nginx, nginx's lines for the requests gunicorn never answered)", _bool),
     Option("log_input_text", False, "put the request's input texts in its access-log line; off: input "
            "text is never logged", _bool),
     # -- the batch commands' input and output ---------------------------------------------------------

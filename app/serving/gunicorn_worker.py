@@ -21,7 +21,10 @@ A client that keeps sending past those bounds gets the reset it would get from n
 What gunicorn answers itself, a request it cannot parse (a bad request line, method, version or
 header; a request line or headers over its limits; 400, 414, 431...), is problem+json too, as nginx's
 answers and the app's are (``problem_answer``): gunicorn writes its HTML page to a stand-in for the
-client, the status is read from it, and the client gets the problem instead. The worker class is
+client, the status is read from it, and the client gets the problem instead. Each such refusal has
+one access line, with the status and request id the client got (gunicorn writes none when it could
+not read the request line, and would name no request id): the worker holds gunicorn's back and
+writes its own. The worker class is
 chosen in ``deploy/gunicorn.conf.py``; it relies on gunicorn's request objects (``Request.body``,
 ``Request.force_close``, ``Parser.finish_body``) and ``Worker.handle_error`` of the pinned gunicorn
 version.
@@ -34,7 +37,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from http import HTTPStatus
+from types import SimpleNamespace
 from typing import Any
 
 from gunicorn import util
@@ -106,7 +111,7 @@ _DETAILS = {
 }
 
 
-def problem_answer(status: int) -> bytes:
+def problem_answer(status: int, request_id: str | None = None) -> bytes:
     """The whole HTTP answer, problem+json, for a request gunicorn refused with ``status`` before
     the app saw it: ``internal_error`` for a 500, else ``bad_request`` (the status kept, as nginx
     keeps its 414 and 431).
@@ -116,7 +121,7 @@ def problem_answer(status: int) -> bytes:
     (b'HTTP/1.1 431 Request Header Fields Too Large', 'bad_request', 431)
     """
     code = problem_for("internal_error" if status == 500 else "bad_request").code
-    request_id = uuid.uuid4().hex
+    request_id = request_id or uuid.uuid4().hex
     phrase = HTTPStatus(status).phrase
     detail = _DETAILS.get(status, _DETAILS[400])
     body = json.dumps(
@@ -155,11 +160,35 @@ class _Kept:
         self.sent += data
 
 
+class _RefusalLog:
+    """The worker's logger, but for the access line gunicorn writes for a request it refused: held
+    back (its environ kept) while ``ThreadWorker.handle_error`` runs in this thread, which writes
+    the line itself with the answer's request id."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        held = getattr(_current, "refused", None)
+        if held is not None:
+            held.append(environ)
+            return
+        self._log.access(resp, req, environ, request_time)
+
+
 class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
     """gthread, plus a clean close after answering over an unread request body, and problem+json
     for what gunicorn refuses itself (module doc)."""
 
     wsgi: Any
+    log: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = _RefusalLog(self.log)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -180,11 +209,27 @@ class ThreadWorker(_GThreadWorker):  # type: ignore[misc]
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         """gunicorn's own answer (its logging and access-log line), as problem+json (module doc)."""
         kept = _Kept(client)
-        super().handle_error(req, kept, addr, exc)
+        started = time.monotonic()
+        held: list[dict[str, Any]] = []
+        _current.refused = held
+        try:
+            super().handle_error(req, kept, addr, exc)
+        finally:
+            _current.refused = None
         status_line = bytes(kept.sent).split(b"\r\n", 1)[0].split(b" ")
         if len(status_line) < 2 or not status_line[1].isdigit():
             return  # nothing was written (the client had gone)
+        status, request_id = int(status_line[1]), uuid.uuid4().hex
+        answer = problem_answer(status, request_id)
         try:
-            util.write_nonblock(client, problem_answer(int(status_line[1])))
+            util.write_nonblock(client, answer)
         except Exception:
             self.log.debug("Failed to send error message.")
+        # gunicorn's environ when it read the request line (method, path, X-Forwarded-For), else
+        # only the peer; the access line names what the client got.
+        environ = held[0] if held else {"REMOTE_ADDR": (addr or ("",))[0] or ""}
+        resp = SimpleNamespace(
+            status=str(status), headers=[("X-Request-ID", request_id)], sent=len(answer)
+        )
+        elapsed = timedelta(seconds=time.monotonic() - started)
+        self.log.access(resp, None, environ, elapsed)

@@ -127,6 +127,16 @@ def test_live_edges_malformed_http_is_answered_as_a_problem_never_html(
     assert problem["status"] == status and problem["code"] == "bad_request"
     assert problem["request_id"] == headers["X-Request-ID"]
     assert body[int(headers["Content-Length"]) :] == b"", "a second answer followed the first"
+    # One access line, with the status and request id the client got (gunicorn wrote none for a
+    # request line it could not read, and none with the problem's id).
+    rid = f"rid={problem['request_id']}"
+    deadline = time.monotonic() + 10
+    while rid not in server.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    access = [line for line in server.log.read_text().splitlines() if "gunicorn.access" in line]
+    ours = [line for line in access if rid in line]
+    assert len(ours) == 1 and f'" {status} ' in ours[0], ours
+    assert not any(" rid=-" in line for line in access), access
 
 
 def test_live_edges_18mb_body_via_urllib_reads_the_413(server: Server) -> None:

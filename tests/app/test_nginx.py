@@ -7,12 +7,15 @@ The live tests need Debian's nginx (``.ci/run`` installs nginx-light) and skip, 
 from __future__ import annotations
 
 import http.client
+import http.server
 import re
 import shutil
 import signal
 import socket
+import socketserver
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -540,3 +543,85 @@ def test_nginx_check_config_tests_what_a_start_would_give_nginx(tmp_path: Path) 
     finally:
         monkey.undo()
     assert spaced_tmp.exit_code == 2 and "(TMPDIR): use a TMPDIR of" in spaced_tmp.output
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    """gunicorn's stand-in: every answer carries X-Request-ID, as the app's and the worker's do."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("X-Request-ID", "from-upstream")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self) -> tuple[Any, Any]:
+        conn, _ = self.socket.accept()
+        return conn, ("", 0)  # BaseHTTPRequestHandler wants an address pair
+
+
+@needs_nginx
+def test_nginx_logs_every_request_gunicorn_has_no_line_for(tmp_path: Path) -> None:
+    """nginx's access log has what gunicorn's cannot: what nginx answered itself, and what got no
+    answer from gunicorn (its socket not there yet: a 503 that neither log had); an answer of
+    gunicorn's (its X-Request-ID) is left to gunicorn's log, so no request is logged twice."""
+    run_dir = Path(tempfile.mkdtemp(prefix="spo-nginx-log-"))
+    try:
+        run_dir.chmod(0o711)  # nginx's workers (not root) reach the socket, as in a run
+        prefix, sock = run_dir / "nginx", run_dir / "g.sock"
+        prefix.mkdir()
+        port = free_port()
+        text = render_nginx_conf(
+            Settings(model_dir=DEFAULT_MODEL_DIR),
+            listen=f"127.0.0.1:{port}",
+            upstream=f"unix:{sock}",
+            prefix=prefix,
+        )
+        (prefix / "nginx.conf").write_text(text)
+        out = (tmp_path / "stdout").open("wb")
+        nginx = subprocess.Popen(
+            [str(find_nginx()), "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+        server = None
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    down = call(port, "GET", "/healthz")
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and nginx.poll() is None
+                    time.sleep(0.1)
+            assert down.status == 503 and down.mimetype == PROBLEM
+            server = _UnixHTTPServer(str(sock), _Upstream)
+            sock.chmod(0o777)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            answered = call(port, "GET", "/readyz")
+            assert answered.status == 200 and answered.headers["x-request-id"] == "from-upstream"
+            assert call(port, "TRACE", "/v1/extract").status == 405
+            lines: list[str] = []
+            while len(lines) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+                lines = (tmp_path / "stdout").read_text().splitlines()
+        finally:
+            nginx.terminate()
+            nginx.wait(30)
+            out.close()
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        assert [line.split("] ", 1)[1] for line in lines] == [
+            "127.0.0.1 GET /healthz 503",
+            "127.0.0.1 TRACE /v1/extract 405",
+        ], lines
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)

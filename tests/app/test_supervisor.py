@@ -127,6 +127,9 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
     pid_file = default_pid_file(f"127.0.0.1:{port}")
     try:
         wait_ready(port, process, log, BOOT_TIMEOUT_S)
+        # Polls that found no worker yet (503: gunicorn not listening) reached no app: nginx's.
+        booting = [line for line in log.read_text().splitlines() if "nginx.access" in line]
+        assert all(" GET /readyz " in line for line in booting), booting
         run_dir = run_dir_of(log)
         assert (run_dir / "gunicorn.sock").is_socket()
         assert run_dir.stat().st_mode & 0o777 == 0o711
@@ -146,11 +149,24 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         assert call(port, "TRACE", "/v1/extract?token=secret").status == 405
         for _ in range(50):
             assert call(port, "GET", "/healthz").status == 200
-        lines = [line for line in log.read_text().splitlines() if "nginx.access" in line]
-        assert [line.split("] ", 1)[1] for line in lines] == [
+        # A control byte in a header value: nginx passes it, gunicorn refuses it before the app
+        # sees it, and its worker logs it with the id the client got (not nginx: one line each).
+        odd = call(port, "GET", "/readyz", headers={"X-Odd": "a\x01b"})
+        assert odd.status == 400 and odd.mimetype == PROBLEM
+        deadline = time.monotonic() + 10  # the last line comes through the relay's pipe
+        while True:
+            lines = [line for line in log.read_text().splitlines() if "nginx.access" in line]
+            rid = f"rid={odd.headers['x-request-id']}"
+            refused = [line for line in log.read_text().splitlines() if rid in line]
+            if (len(lines) >= len(booting) + 2 and refused) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert [line.split("] ", 1)[1] for line in lines[len(booting) :]] == [
             "127.0.0.1 POST /v1/extract 413",
             "127.0.0.1 TRACE /v1/extract 405",
         ], lines
+        assert len(refused) == 1 and "gunicorn.access" in refused[0], refused
+        assert '" 400 ' in refused[0], refused  # gunicorn read no request line: "- -"
         written = [p.name for p in (run_dir / "nginx").rglob("*") if p.is_file()]
         assert sorted(written) == ["nginx.conf", "nginx.pid"], written
         # spo reload finds gunicorn's master through the pid file of this address.
