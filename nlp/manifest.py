@@ -31,7 +31,9 @@ them from the SavedModel's ``serving_default`` signature. ``vocab.path`` is rela
 or absolute. Directories written before that name ``vocab/vocab.txt`` relative to the project
 root: they still load, read-only, from a folder above the model directory or the vocab the package
 ships (same sha256), with a one-line note to run ``spo copy-vocab DIR`` (``copy_vocab_in``).
-Validation names the offending field in every error.
+Validation names the offending field in every error. A top-level field the format does not have is
+refused, with the declared field it is closest to (``"treshold"``: did you mean ``threshold``?):
+ignored, a misspelt field would have left the model running on the default it was meant to change.
 
 ``engine`` (absent for the TensorFlow SavedModel, the default) marks a directory written by
 ``spo export-onnx`` for the opt-in ``onnx`` engine: ``name`` ("onnx"), ``file`` (relative, no SavedModel
@@ -50,6 +52,7 @@ own checksums). A directory without it (written before, or by hand) loads unchec
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -648,6 +651,7 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
     if not isinstance(doc, dict):
         raise _fail("<root>", "expected a JSON object")
     _no_lone_surrogates(doc)
+    _no_unknown_fields(doc)
     reading = _Reading(directory, check_files, {})
     kept: dict[str, Any] = {}
     for declared in MANIFEST_FIELDS:
@@ -657,6 +661,23 @@ def parse_manifest(doc: Any, directory: Path, *, check_files: bool = True) -> Ma
         if attrs:
             kept.update(zip(attrs, value if len(attrs) > 1 else (value,), strict=True))
     return Manifest(directory=directory.resolve(), **kept)
+
+
+def _no_unknown_fields(doc: dict[str, Any]) -> None:
+    """Refuse a top-level field ``MANIFEST_FIELDS`` does not declare, naming the closest one.
+
+    >>> _no_unknown_fields({"name": "m", "treshold": 0.5})
+    Traceback (most recent call last):
+    ...
+    nlp.errors.ManifestError: model.json: field 'treshold': unknown in format 1 (did you mean 'threshold'?)
+    """
+    known = [declared.name for declared in MANIFEST_FIELDS]
+    for key in doc:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"its fields: {', '.join(known)}"
+            shown = str(key)[:80].encode("utf-8", "backslashreplace").decode()
+            raise _fail(shown, f"unknown in format {FORMAT_VERSION} ({hint})")
 
 
 def _no_lone_surrogates(doc: dict[str, Any]) -> None:

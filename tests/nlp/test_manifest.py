@@ -61,6 +61,8 @@ BAD = [
     ("do_lower_case", lambda d: d.update(do_lower_case="yes")),
     ("precision", lambda d: d.update(precision="bf16")),
     ("quantization", lambda d: d.update(precision="int8")),
+    ("treshold", lambda d: d.update(treshold=0.5)),
+    ("comment", lambda d: d.update(comment="trained on the 2026 corpus")),
 ]
 
 
@@ -72,6 +74,20 @@ def test_manifest_errors_name_the_field(model_copy, field, change):
     assert info.value.field == field
     assert field in str(info.value)
     assert info.value.code == "invalid_manifest"
+
+
+def test_manifest_an_unknown_field_is_refused_with_the_closest_declared_one(model_copy):
+    """A misspelt field was ignored: the model ran on the default it was meant to change."""
+    _edit(model_copy, lambda d: d.update(link_rul="mean"))
+    with pytest.raises(
+        ManifestError, match=r"'link_rul': unknown in format 1 \(did you mean 'link_rule'\?\)"
+    ):
+        load_manifest(model_copy)
+    _edit(model_copy, lambda d: (d.pop("link_rul"), d.update(zzz=1)))
+    with pytest.raises(
+        ManifestError, match=r"'zzz': unknown in format 1 \(its fields: format_version, name"
+    ):
+        load_manifest(model_copy)
 
 
 def test_manifest_link_rule_defaults_to_both_and_is_reported(model_copy):
