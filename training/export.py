@@ -24,9 +24,10 @@ with quiet_tensorflow():
     import tensorflow as tf
 
 from nlp.engine import first_line
-from nlp.errors import ManifestError
+from nlp.errors import ManifestError, ModelLoadError
 from nlp.manifest import VOCAB_NAME, load_manifest, write_manifest
 from nlp.tasks import Task
+from nlp.vocab import read_vocab
 
 EXPORT_MODES = ("graph", "tf2")
 
@@ -147,7 +148,12 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
     (entity types: task ``entities``). DuIE's ``object_type`` may be an object (``{"@value": ...}``
     in DuIE 2.0); its ``@value`` is used.
     """
-    text = Path(path).read_text(encoding="utf-8-sig").strip()
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{path}: not UTF-8 text (line {line}: {exc.reason})") from None
     if not text:
         raise ValueError(f"{path}: empty schema file")
     try:
@@ -273,9 +279,11 @@ def export_user_model(
         raise ValueError(
             f"{schema_path}: a link rule is for triples models, and this schema makes an {task} model"
         )
+    try:  # the checks loading makes (UTF-8, each token once, the special tokens), before building
+        tokens = len(read_vocab(vocab_path))
+    except ModelLoadError as exc:
+        raise ValueError(exc.message) from None
     vocab = Path(vocab_path)
-    with vocab.open(encoding="utf-8") as fh:
-        tokens = sum(1 for _ in fh)
     config = read_bert_config(bert_config_path, tokens)
     positions = config.get("max_position_embeddings", 512)
     if max_length > positions:

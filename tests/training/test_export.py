@@ -56,6 +56,32 @@ def test_export_read_schema_names_json_python_cannot_read(tmp_path: Path, text: 
         read_schema(tmp_path / "deep.json")
 
 
+def test_export_schema_or_vocab_not_utf8_is_named_with_its_line(
+    tmp_path: Path, vocab_path: Path
+) -> None:
+    """Both ended in Python's bare "'utf-8' codec can't decode byte 0xff", naming no file."""
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG
+
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(b'["\xe4\xba\xba",\n"\xff"]')
+    with pytest.raises(ValueError, match=re.escape(f"{schema}: not UTF-8 text (line 2: invalid")):
+        read_schema(schema)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(vocab_path.read_bytes() + b"\xff\n")
+    lines = vocab.read_bytes().count(b"\n")
+    (tmp_path / "bert_config.json").write_text(json.dumps(TINY_BERT_CONFIG), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=re.escape(f"{vocab}: the vocab is not UTF-8 text (line {lines}")
+    ):
+        export_user_model(
+            bert_config_path=tmp_path / "bert_config.json", weights_path=tmp_path / "w.h5",
+            schema_path=_write_schema(tmp_path / "schema", "json-list"),
+            out_dir=tmp_path / "out", vocab_path=vocab,
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("fmt", ["duie-jsonl", "json-list"])
 def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, fmt: str) -> None:
     import tensorflow as tf
