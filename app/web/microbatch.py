@@ -304,10 +304,12 @@ class MicroBatcher(Generic[P]):
             except DeadlineExceeded as exc:
                 # The earliest deadline stopped the call: it answers the requests past theirs; the
                 # others get their own run, under their own deadline.
+                # Each its own exception: one instance raised in several request threads at once
+                # would gather all their frames in one traceback (and keep them alive).
                 now = self._clock()
                 for pending in batch:
                     if pending.deadline is not None and now >= pending.deadline:
-                        pending.finish(error=exc)
+                        pending.finish(error=DeadlineExceeded(exc.message))
                 self._serve_each([p for p in batch if not p.done.is_set()])
             except Exception as exc:
                 stats.isolated += 1

@@ -174,6 +174,35 @@ def test_microbatch_reruns_the_earliest_deadline_first(batchers: Any) -> None:
     slow.join(5)
 
 
+def test_microbatch_requests_stopped_by_one_deadline_each_get_their_own_exception(
+    batchers: Any,
+) -> None:
+    """One instance raised in several request threads gathered all their frames in one traceback."""
+    from nlp.errors import DeadlineExceeded
+
+    def run(plan: FakePlan, deadline: float | None = None) -> list[Extraction]:
+        time.sleep(0.3)
+        raise DeadlineExceeded("stopped at its deadline")
+
+    batcher = batchers(run, wait_s=0.2)
+    deadline = time.monotonic() + 0.25
+    raised: list[BaseException] = []
+
+    def submit(text: str) -> None:
+        try:
+            batcher.submit(FakePlan.of([text]), deadline=deadline)
+        except DeadlineExceeded as exc:
+            raised.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(t,)) for t in ("一", "二", "三")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert len(raised) == 3 and len({id(e) for e in raised}) == 3, raised
+    assert batcher.stats.batches == 1  # one combined call stopped them all
+
+
 def test_microbatch_wait_window_is_bounded(batchers: Any) -> None:
     run = Recorder()
     batcher = batchers(run, wait_s=0.15)
