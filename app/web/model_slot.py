@@ -91,6 +91,7 @@ class ModelSlot:
         self.lock = threading.Lock()
         self._listeners: list[Callable[[ModelSlot], None]] = []
         self._closed = threading.Event()  # ends the retries
+        self._swap = threading.Lock()  # set and close: a load that ends after the close is closed
 
     @property
     def ready(self) -> bool:
@@ -129,10 +130,21 @@ class ModelSlot:
             except Exception:
                 logger.exception("model state listener failed")
 
-    def set(self, extractor: ExtractorLike) -> None:
-        self._extractor = extractor
-        self.error = None
+    def set(self, extractor: ExtractorLike) -> bool:
+        """Serve ``extractor`` from now on (True). A slot already closed (the worker stopped while
+        a background load ran) closes it instead (False): no session outlives the slot, and no
+        listener hears ``ready`` after the close."""
+        with self._swap:
+            closed = self._closed.is_set()
+            if not closed:
+                self._extractor = extractor
+                self.error = None
+        if closed:
+            with self.lock:
+                extractor.close()
+            return False
         self._changed()
+        return True
 
     def load(self, options: LoadOptions, loader: Loader) -> None:
         """Load synchronously; errors propagate (and leave the slot ``failed``)."""
@@ -143,7 +155,9 @@ class ModelSlot:
             self.error = exc
             self._changed()
             raise
-        self.set(extractor)
+        if not self.set(extractor):
+            logger.info("model loaded after the worker stopped serving: closed unused")
+            return
         summary = extractor.manifest.summary()
         logger.info(
             "model %s v%s (%s) loaded and warmed in %.1fs from %s",
@@ -242,8 +256,9 @@ class ModelSlot:
             self.lock.release()
 
     def close(self) -> None:
-        self._closed.set()
-        extractor, self._extractor = self._extractor, None
+        with self._swap:
+            self._closed.set()
+            extractor, self._extractor = self._extractor, None
         if extractor is not None:
             with self.lock:
                 extractor.close()

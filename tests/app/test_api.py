@@ -518,6 +518,31 @@ def test_api_model_slot_reports_changes_and_stops_retrying_on_close(
     assert set(seen) == {"failed"} and len(seen) >= 3
 
 
+def test_api_model_slot_closed_during_a_background_load_closes_what_it_loads(
+    settings: Settings,
+) -> None:
+    """A worker stopped while its model loaded: the load that ended after the close put a live
+    session into the closed slot (never closed) and told the listeners ``ready``."""
+    from types import SimpleNamespace
+
+    release = threading.Event()
+    loaded = SimpleNamespace(closed=False, call_started=None)
+    loaded.close = lambda: setattr(loaded, "closed", True)
+
+    def slow(options: Any) -> Any:
+        release.wait(5)
+        return loaded
+
+    slot = ModelSlot()
+    seen: list[str] = []
+    slot.on_change(lambda changed: seen.append(changed.state))
+    thread = slot.load_in_background(settings.load_options(), slow)
+    slot.close()
+    release.set()
+    thread.join(5)
+    assert loaded.closed and not slot.ready and seen == []
+
+
 # -- authentication --------------------------------------------------------------------------
 TOKEN = "s3cret-token-0123456789"
 
