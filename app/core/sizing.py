@@ -376,6 +376,13 @@ class Sizing:
             out.append(f"memory limit: {self.memory_limit / MIB:,.0f} MiB")
         if self.worker_rss_mib is not None:
             out.append(f"estimated RSS per worker: {self.worker_rss_mib:,.0f} MiB")
+        if self.memory_limit is not None and self.worker_rss_mib:
+            both = 2 * self.workers * self.worker_rss_mib
+            fits = both * MIB <= self.memory_limit
+            out.append(
+                f"a reload (new workers beside the old): ~{both:,.0f} MiB, "
+                + ("within the limit" if fits else "over the limit: refused (restart instead)")
+            )
         out += [f"  because {r}" for r in self.reasons]
         out += [f"WARNING: {w}" for w in self.warnings]
         return out
@@ -439,6 +446,31 @@ def plan(
             "CPU(s): they will contend"
         )
     return Sizing(cpus, n, threads, limit, worker_rss_mib, tuple(reasons), tuple(warnings))
+
+
+def reload_memory_problem(running: int, sizing: Sizing) -> str | None:
+    """Why a reload (``sizing.workers`` new workers started beside ``running`` old ones, which
+    stop only once every new one is ready: ``app.serving.master``) would pass the memory limit, by
+    the estimated RSS per worker; None when it fits or nothing bounds it. Over the limit itself
+    the kernel's OOM killer would stop a worker, or under cgroup v2's ``memory.oom.group`` the
+    whole container, in the middle of the reload: the master refuses it.
+
+    >>> s = Sizing(2, 2, 1, 3 * 2**30, 970.0)
+    >>> print(reload_memory_problem(2, s))
+    2 old and 2 new workers together need ~3,880 MiB (estimated), over the memory limit 3,072 MiB: change models by a restart (a rolling update), or raise the limit to 4,312 MiB
+    >>> reload_memory_problem(2, Sizing(2, 2, 1, 5 * 2**30, 970.0)) is None
+    True
+    """
+    if sizing.memory_limit is None or not sizing.worker_rss_mib:
+        return None
+    need = (running + sizing.workers) * sizing.worker_rss_mib
+    if need * MIB <= sizing.memory_limit:
+        return None
+    return (
+        f"{running} old and {sizing.workers} new workers together need ~{need:,.0f} MiB "
+        f"(estimated), over the memory limit {sizing.memory_limit / MIB:,.0f} MiB: change models "
+        f"by a restart (a rolling update), or raise the limit to {math.ceil(need / MEMORY_HEADROOM):,} MiB"
+    )
 
 
 def memory_warning(workers: int, rss_mib: float, machine: Machine) -> str | None:

@@ -35,12 +35,15 @@ the master, so a moved symlink is followed; everything else stays as resolved at
 Why a new generation beside the old rather than gunicorn's own HUP (which stops the old workers at
 once): during the new workers' load every request would wait in the listen backlog, and on a broken
 model every request would fail. Beside the old workers, requests are served throughout; the cost is
-the memory of both generations for the few seconds a load and warm-up take.
+the memory of both generations for the few seconds a load and warm-up take. Where that would pass the
+memory limit (``app.core.sizing.reload_memory_problem``) the reload is refused: the OOM killer would
+otherwise end it, under cgroup v2's ``memory.oom.group`` with the whole container.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -55,6 +58,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
 from app.core.settings import JEMALLOC_PATH, Settings, SettingsError
+from app.core.sizing import reload_memory_problem
 from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
 
@@ -316,6 +320,9 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             )
             return
         blocked = preload_blocks_reload(manifests, os.environ.get("LD_PRELOAD", ""))
+        if blocked is None:  # both generations run at once until the new one is ready
+            sizing = dataclasses.replace(settings.sizing(), workers=self.num_workers)
+            blocked = reload_memory_problem(len(self.WORKERS), sizing)
         if blocked is not None:
             self.log.error(
                 "reload refused: %s; the %d running workers keep serving %s",

@@ -691,6 +691,47 @@ def test_master_a_reload_whose_check_fails_unexpectedly_is_refused_not_fatal(
     assert arbiter.pending is None
 
 
+@pytest.mark.parametrize(("limit_in_workers", "refused"), [(3.5, True), (4.2, False)])
+def test_master_refuses_a_reload_whose_two_generations_pass_the_memory_limit(
+    monkeypatch: pytest.MonkeyPatch, triples_model_dir: Path, limit_in_workers: float, refused: bool
+) -> None:
+    """The new workers start beside the old: in the shipped Kubernetes pod (3Gi, 2 workers of
+    ~970 MiB) a reload needed ~3.9 GiB, and the OOM killer, not the reload, ended it."""
+    from app.core.sizing import Limit, Machine
+
+    rss = Settings(model_dir=triples_model_dir).sizing().worker_rss_mib
+    assert rss
+    box = Machine(
+        affinity=2,
+        quota=Limit(2.0, "test"),
+        memory=Limit(limit_in_workers * rss * 2**20, "test"),
+    )
+    monkeypatch.setattr(Machine, "probe", classmethod(lambda cls: box))
+    settings = Settings(model_dir=triples_model_dir)  # sized on ``box``
+    arbiter = object.__new__(SpoArbiter)
+    arbiter.pending, arbiter.WORKERS, arbiter._num_workers = None, {1: None, 2: None}, 2
+    arbiter.settings = settings
+    logged: list[str] = []
+    arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+        error=lambda msg, *args: logged.append(msg % args),
+        info=lambda msg, *args: logged.append(msg % args),
+        reopen_files=lambda: None,
+    )
+    spawned: list[int] = []
+    monkeypatch.setattr(arbiter, "spawn_worker", lambda: spawned.append(1) or 100 + len(spawned))
+    monkeypatch.setattr(master, "resolve_models", lambda s: (s, []))
+    arbiter.reload()
+    if refused:
+        assert logged[-1].startswith("reload refused: 2 old and 2 new workers together need ~")
+        assert (
+            "raise the limit to" in logged[-1]
+            and "the 2 running workers keep serving" in logged[-1]
+        )
+        assert spawned == [] and arbiter.pending is None
+    else:
+        assert spawned == [1, 1] and arbiter.pending is not None
+
+
 def test_master_a_model_dir_that_is_a_symlink_loop_is_a_settings_error(tmp_path: Path) -> None:
     """Python 3.11's Path.resolve raised RuntimeError on the loop, uncaught (in a reload, gunicorn's
     main loop died of it); 3.13's resolves it to the path, found to be no directory."""
