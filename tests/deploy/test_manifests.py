@@ -84,7 +84,7 @@ def test_configmap_values_parse_as_settings(tmp_path: Path) -> None:
     env = dict(_config())
     env["SPO_MODELS"] = f"demo={DEMO_MODEL_DIR},ner={DEMO_NER_MODEL_DIR}"
     tokens = tmp_path / "tokens"
-    tokens.write_text(_kind("Secret")["stringData"]["tokens"], encoding="utf-8")
+    tokens.write_text("a-real-token-0123456789\n", encoding="utf-8")  # the example's are refused
     env["SPO_AUTH_TOKENS_FILE"] = str(tokens)
     settings = Settings.from_env(env)
     assert settings.graceful_timeout == int(env["SPO_GRACEFUL_TIMEOUT"])
@@ -188,6 +188,27 @@ def test_kubernetes_tokens_come_from_the_mounted_secret() -> None:
     assert secret["secretName"] == _kind("Secret")["metadata"]["name"]
     assert token_file.name in {i["path"] for i in secret["items"]}
     assert token_file.name in _kind("Secret")["stringData"]
+
+
+def test_kubernetes_example_secret_is_never_applied_and_never_serves() -> None:
+    """`kubectl apply -k` created the Secret from placeholders that passed the token rule: the
+    API and /metrics took tokens anyone could read here, and an apply put them back over a
+    Secret made out of band."""
+    import tempfile
+
+    from app.core.settings import Settings, SettingsError, read_tokens_file
+
+    kustomization = _docs(KUBERNETES / "kustomization.yaml")[0]
+    assert "secret.yaml" not in kustomization["resources"]
+    assert all((KUBERNETES / r).is_file() for r in kustomization["resources"])
+    values = _kind("Secret")["stringData"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as tokens:
+        tokens.write(values["tokens"])
+        tokens.flush()
+        assert read_tokens_file(Path(tokens.name))[1] is not None  # refused at start
+    with pytest.raises(SettingsError, match="SPO_METRICS_TOKEN"):
+        Settings.from_env({**_config(), "SPO_METRICS_TOKEN": values["metrics-token"],
+                           "SPO_AUTH_TOKENS_FILE": ""})  # fmt: skip
 
 
 def test_kubernetes_metrics_directory_is_an_emptydir() -> None:
