@@ -153,6 +153,7 @@ def gunicorn_command(
         env["LD_PRELOAD"] = ":".join(p for p in preload if p != str(JEMALLOC_PATH))
     argv = [
         sys.executable,
+        "-P",  # not the current directory first on sys.path: an app/ or nlp/ there is not ours
         "-m",
         "app.serving.master",
         "--config",

@@ -117,8 +117,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     _run([*pip, "--no-deps", "bert4keras==0.11.5"], env=env)
     work = base / "work"
     work.mkdir()
+    # A user's own packages of the same names where the commands run: never imported in their
+    # place (`spo serve` started gunicorn with `python -m`, which puts the current directory first).
+    for name in ("app", "nlp", "training"):
+        (work / name).mkdir()
+        (work / name / "__init__.py").write_text(f"raise ImportError('the user\\'s own {name}')\n")
     where = _run(
-        [str(venv / "bin" / "python"), "-c", "import app, nlp; print(app.__file__, nlp.__file__)"],
+        [
+            str(venv / "bin" / "python"),
+            "-P",
+            "-c",
+            "import app, nlp; print(app.__file__, nlp.__file__)",
+        ],
         env=env,
         cwd=work,
     )

@@ -43,8 +43,8 @@ def model_dir(tmp_path: Path) -> Path:
 def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
     settings = Settings(model_dir=model_dir, bind="127.0.0.1:9001", workers=3, jemalloc=False)
     argv, env = gunicorn_command(settings, ["--check-config"], {"PATH": "/bin"})
-    assert argv[1:5] == ["-m", "app.serving.master", "--config", str(GUNICORN_CONF)]
-    assert argv[5:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
+    assert argv[1:6] == ["-P", "-m", "app.serving.master", "--config", str(GUNICORN_CONF)]
+    assert argv[6:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
     argv, _ = gunicorn_command(settings, pid_file=Path("/run/x.pid"))
     assert argv[-2:] == ["--pid", "/run/x.pid"]
     # The resolved settings travel as one value; no SPO_* variable is written to be parsed again.
