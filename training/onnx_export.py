@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 OPSET = 17
 QUANTIZATIONS = ("fp32", "int8")
 ONNX_FILE = "model.onnx"
-EXTRA_HINT = "pip install '.[onnx]' (or: pip install -r requirements-onnx.lock)"
+EXTRA_HINT = "pip install 'spo-service[onnx]' (in a checkout: make extra-onnx)"
 TOOLS = ("tensorflow", "tf2onnx", "onnx", "onnxruntime")
 
 

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "int8")
 XML_FILE = "model.xml"
 BIN_FILE = "model.bin"
-EXTRA_HINT = "pip install '.[openvino]' (or: pip install -r requirements-openvino.lock)"
+EXTRA_HINT = "pip install 'spo-service[openvino]' (in a checkout: make extra-openvino)"
 TOOLS = ("openvino", "nncf")
 DEFAULT_SAMPLES = 300
 PRESET = "mixed"
@@ -133,7 +133,7 @@ def calibration_texts(calibration: Path | None, samples: int) -> tuple[tuple[str
                 raise OpenVinoExportError(
                     "int8 needs calibration sentences: pass --calibration FILE (text lines, or "
                     "JSON lines with a 'text' field), or install the training extra (pip install "
-                    "-r requirements-training.lock) for the synthetic generator's"
+                    "'spo-service[training]'; in a checkout: make extra-training) for the synthetic generator's"
                 ) from None
             found = demo_calibration(samples)
     except QuantizeError as exc:

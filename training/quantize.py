@@ -1,6 +1,6 @@
 """Post-training int8 quantization of a model directory (``spo quantize``): an offline tool.
 
-Needs the optional extra ``neural-compressor-tf`` (``pip install -r requirements-quantize.lock``);
+Needs the optional extra ``neural-compressor-tf`` (``pip install 'spo-service[quantize]'``; in a checkout ``make extra-quantize``);
 the server never imports this module and serves the result with TensorFlow alone.
 
 What it does, in order:
@@ -52,7 +52,7 @@ TOOL = "neural-compressor-tf"
 TOOL_VERSION = "3.10"
 EXTRA_HINT = (
     f"spo quantize needs the optional extra {TOOL}=={TOOL_VERSION}: "
-    "pip install -r requirements-quantize.lock"
+    "pip install 'spo-service[quantize]' (in a checkout: make extra-quantize)"
 )
 SCHEME = "static int8, per-tensor symmetric min-max weights and activations"
 DEFAULT_CALIBRATION_TEXTS = 200

@@ -542,7 +542,7 @@ def export_onnx_command(
     """Convert MODEL_DIR's SavedModel into OUT, a model directory for the opt-in onnx engine.
 
     Serve OUT like any model directory (SPO_MODEL_DIR=OUT): its model.json selects ONNX Runtime.
-    Needs the optional extra: pip install '.[onnx]'.
+    Needs the optional extra: pip install 'spo-service[onnx]'.
     """
     from nlp.errors import ModelLoadError
     from training.onnx_export import OnnxExportError, export_onnx
@@ -592,7 +592,7 @@ def export_openvino_command(
     """Convert MODEL_DIR's SavedModel into OUT, a model directory for the opt-in openvino engine.
 
     Serve OUT like any model directory (SPO_MODEL_DIR=OUT): its model.json selects OpenVINO.
-    Needs the optional extra: pip install '.[openvino]'.
+    Needs the optional extra: pip install 'spo-service[openvino]'.
     """
     from training.openvino_export import OpenVinoExportError, export_openvino
 
@@ -636,7 +636,7 @@ def quantize_command(
     """Write an int8 copy of the fp32 model in MODEL_DIR to OUT_DIR (served with precision int8).
 
     Static post-training quantization with Intel Neural Compressor (the optional extra:
-    pip install -r requirements-quantize.lock), calibrated on real sentences. Check the result
+    pip install 'spo-service[quantize]'), calibrated on real sentences. Check the result
     with `spo evaluate DATA --model OUT_DIR --baseline MODEL_DIR`.
     """
     from training.quantize import QuantizeError, quantize, read_calibration

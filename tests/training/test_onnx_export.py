@@ -84,7 +84,7 @@ def test_onnx_export_cli_refuses_existing_output_and_converted_input(onnx_model_
     result = runner.invoke(cli, ["export-onnx", str(onnx_model_dirs["fp32"]), str(tmp_path / "x")])
     assert result.exit_code == 1 and "already an onnx model directory" in result.output
     result = runner.invoke(cli, ["export-onnx", "--help"])
-    assert result.exit_code == 0 and "pip install '.[onnx]'" in result.output
+    assert result.exit_code == 0 and "pip install 'spo-service[onnx]'" in result.output
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def test_quantize_without_the_extra_says_how_to_install_it(monkeypatch: pytest.M
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(quantize_module.metadata, "version", missing)
-    with pytest.raises(QuantizeError, match=r"pip install -r requirements-quantize\.lock"):
+    with pytest.raises(QuantizeError, match=r"pip install 'spo-service\[quantize\]'"):
         quantize_module.tool_version()
 
 
