@@ -71,12 +71,22 @@ def page() -> Response:
 
 
 def _browser_headers(response: Response) -> Response:
-    """nosniff on the page, its assets and everything under /docs; the docs' HTML gets its policy."""
+    """nosniff on the page, its assets and everything under /docs; every HTML answer there gets a
+    policy: Swagger UI's page its own (its inline script by hash), a file of Swagger UI's served as
+    it is (``oauth2-redirect.html``: no inline script; hashing its streamed body failed, a 500) the
+    same without hashes, and any other (``/static/demo.html``, the page by its file name: it was
+    framable and its form sent the token in a URL) the page's."""
     if request.path != "/" and not request.path.startswith(_BROWSER_PATHS):
         return response
     response.headers["X-Content-Type-Options"] = "nosniff"
-    if request.path.startswith("/docs") and response.mimetype == "text/html":
-        response.headers["Content-Security-Policy"] = docs_csp(response.get_data())
+    if response.mimetype == "text/html" and "Content-Security-Policy" not in response.headers:
+        if not request.path.startswith("/docs"):
+            policy = PAGE_CSP
+        elif response.direct_passthrough:
+            policy = DOCS_CSP.format(hashes="")
+        else:
+            policy = docs_csp(response.get_data())
+        response.headers["Content-Security-Policy"] = policy
     return response
 
 

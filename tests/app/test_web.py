@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.core.settings import Settings, SettingsError
+from app.web.pages import PAGE_CSP
 
 ORIGIN = "https://tools.example.org"
 
@@ -152,6 +153,20 @@ def test_web_docs_have_the_pages_headers(client: FlaskClient) -> None:
         with client.get(path) as answer:
             assert answer.headers["X-Content-Type-Options"] == "nosniff", path
     assert "default-src 'none'" in client.get("/").headers["Content-Security-Policy"]
+
+
+def test_web_every_html_answer_has_a_policy(client: FlaskClient) -> None:
+    """Swagger UI's oauth2-redirect.html (a file, streamed) answered 500: hashing its inline
+    scripts read a body in passthrough mode. The page by its file name, /static/demo.html, had
+    no policy at all: another site could frame it, and its form sent the token in a URL."""
+    with client.get("/docs/oauth2-redirect.html") as redirect:
+        assert redirect.status_code == 200 and redirect.mimetype == "text/html"
+        csp = redirect.headers["Content-Security-Policy"]
+        assert "script-src 'self';" in csp and "frame-ancestors 'none'" in csp
+    with client.get("/static/demo.html") as page:
+        assert page.status_code == 200
+        assert page.headers["Content-Security-Policy"] == PAGE_CSP
+        assert "form-action 'none'" in PAGE_CSP and "frame-ancestors 'none'" in PAGE_CSP
 
 
 def test_web_pages_open_by_default_even_with_tokens(make_fake_app: Callable[..., Flask]) -> None:
