@@ -21,6 +21,7 @@ from typing import Any
 
 from app.core.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.core.settings import Settings
+from app.web.auth import guarded
 from nlp.decoding import LINK_RULES
 from nlp.tasks import TASK_NAMES
 from nlp.values import ENTITY, EXTRACTION, TRIPLE, Member, Shape
@@ -400,14 +401,16 @@ OPERATIONS = (
 
 def _codes(operation: Operation, settings: Settings) -> tuple[str, ...]:
     """``operation``'s problem codes with its placeholders filled in from ``settings``."""
+    locked = guarded(operation.path, settings)  # the API's tokens (SPO_PAGES=auth: the docs too)
     expanded = {
         EDGE: (
-            *(("unauthorized",) if settings.auth_enabled else ()),
+            *(("unauthorized",) if locked else ()),
             *(("rate_limited",) if settings.rate_limit else ()),
         ),
         "<metrics>": ("unauthorized",) if settings.metrics_token else (),
     }
-    return tuple(c for code in operation.codes for c in expanded.get(code, (code,)))
+    codes = tuple(c for code in operation.codes for c in expanded.get(code, (code,)))
+    return codes if not locked or "unauthorized" in codes else (*codes, "unauthorized")
 
 
 def _build_operation(operation: Operation, settings: Settings) -> dict[str, Any]:
@@ -442,7 +445,7 @@ def _build_operation(operation: Operation, settings: Settings) -> dict[str, Any]
             },
         }
     built["responses"] = {"200": ok, **_problems(*_codes(operation, settings))}
-    if settings.auth_enabled and operation.path.startswith("/v1/"):
+    if guarded(operation.path, settings):
         built["security"] = [{"bearer": []}]
     if settings.metrics_token and operation.operation_id == "metrics":
         built["security"] = [{"metrics": []}]

@@ -104,6 +104,25 @@ def test_openapi_declares_the_other_answers(make_fake_app: Any, fake_extractor: 
     assert response.get_json()["code"] in (_declared(_spec(authed), "/v1/model", "get", 401) or [])
 
 
+def test_openapi_under_pages_auth_declares_the_token_on_every_guarded_operation(
+    make_fake_app: Any,
+) -> None:
+    """SPO_PAGES=auth puts /openapi.json behind the tokens; its own operation said no security and
+    no 401, while /healthz and /readyz stay open."""
+    token = "a-token-of-16-chars-or-more"
+    client = make_fake_app(auth_tokens=(token,), pages="auth").test_client()
+    assert client.get("/openapi.json").status_code == 401
+    spec = client.get("/openapi.json", headers={"Authorization": f"Bearer {token}"}).get_json()
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            answer = getattr(client, method)(path.replace("{name}", "nope"))
+            if answer.status_code == 401:
+                assert operation.get("security") == [{"bearer": []}], (method, path)
+                assert "401" in operation["responses"], (method, path)
+            elif path in ("/healthz", "/readyz"):
+                assert "security" not in operation and "401" not in operation["responses"]
+
+
 @pytest.mark.parametrize("code", LOAD_ERROR_CODES)
 def test_openapi_declares_the_load_errors_of_every_model_route(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, code: str
