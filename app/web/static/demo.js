@@ -92,8 +92,11 @@ function renderText(text, entities) {
       class: typeClass(main.type), title: label, "aria-label": label, tabindex: "0",
       "data-type": main.type, "data-start": String(main.start), "data-end": String(main.end),
     }, [seg.text]);
-    // The type tag follows the last run of an entity, so each entity is labelled once.
-    if (seg.end === main.end) mark.append(el("span", { class: "tag", "aria-hidden": "true", text: main.type }));
+    // The type tag follows the last run of an entity, so each entity is labelled once: every
+    // entity ending here (two types on one span get a tag each).
+    for (const e of seg.covering) {
+      if (e.end === seg.end) mark.append(el("span", { class: "tag", "aria-hidden": "true", text: e.type }));
+    }
     const show = () => { $("focus-info").textContent = label; };
     mark.addEventListener("mouseenter", show);
     mark.addEventListener("focus", show);
@@ -126,8 +129,13 @@ function renderTriples(triples) {
   $("no-triples").hidden = triples.length > 0;
 }
 
+// Each extraction's number: an answer that comes back after a newer request was sent is dropped,
+// so a slow answer never overwrites the result of the text now in the box.
+let latest = 0;
+
 async function extract(event) {
   if (event) event.preventDefault();
+  const mine = ++latest;
   const text = $("text").value;
   const token = $("token").value.trim();
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -143,6 +151,7 @@ async function extract(event) {
     });
     const type = res.headers.get("Content-Type") || "";
     const doc = type.includes("json") ? await res.json() : { detail: await res.text() };
+    if (mine !== latest) return;
     if (!res.ok) {
       showError(doc, res.status);
       $("result").hidden = true;
@@ -159,10 +168,14 @@ async function extract(event) {
       `${result.triples.length} triples · ${ms} ms · request id ${res.headers.get("X-Request-ID") || "-"}`;
     $("result").hidden = false;
   } catch (err) {
+    if (mine !== latest) return;
     showError({ title: "Network error", detail: String(err) }, 0);
+    $("result").hidden = true;
   } finally {
-    $("extract").disabled = false;
-    $("busy").hidden = true;
+    if (mine === latest) {
+      $("extract").disabled = false;
+      $("busy").hidden = true;
+    }
   }
 }
 
