@@ -2,7 +2,7 @@
 #
 #   make image                               # builds and tags spo-service:latest (BuildKit)
 #   make image CA_BUNDLE=/path/to/ca.pem     # pip trusts this CA bundle (a TLS-intercepting proxy)
-#   docker run --rm -p 8080:8080 spo-service:latest
+#   docker run --rm --stop-timeout 45 -p 8080:8080 spo-service:latest   # the whole graceful stop
 #
 # Build inputs (docs/deploy.md):
 #   secret "ca"         a PEM CA bundle for pip (BuildKit secret: never stored in a layer)
