@@ -122,6 +122,10 @@ def serve(
         )
     extra = list(gunicorn_args)
     sizing = settings.sizing()
+    # From here its lines are log lines, in SPO_LOG_FORMAT as gunicorn's and nginx's are (a program
+    # embedding the command keeps its own logging set-up).
+    if not logging.getLogger().handlers:
+        configure_logging(settings)
     if check_config:
         extra.append("--check-config")
         click.echo("resolved sizing (app.core.sizing):")
@@ -133,10 +137,6 @@ def serve(
             check_nginx_config(settings, nginx_listen)
             click.echo(f"nginx accepts its configuration for {nginx_listen}")
     else:
-        # From here its lines are log lines, in SPO_LOG_FORMAT as gunicorn's and nginx's are (a
-        # program embedding the command keeps its own logging set-up).
-        if not logging.getLogger().handlers:
-            configure_logging(settings)
         for warning in [*sizing.warnings, *secret_warnings(settings)]:
             _log.warning("%s", warning)
     if not check_config and (removed := remove_stale_pid_file(pid_file)):
@@ -149,7 +149,7 @@ def serve(
     _log.info(
         "%s on %s, %s worker(s)%s; pid file %s",
         ", ".join(f"{n}={m.name} v{m.version} from {d}" for (n, d), m in checked),
-        settings.bind,
+        settings.bind if nginx_listen is None else f"{nginx_listen} (nginx)",
         settings.workers,
         ", jemalloc" if "libjemalloc" in child_env.get("LD_PRELOAD", "") else "",
         pid_file,
