@@ -242,12 +242,40 @@ def _run(model: ServedModel, plan: Any, deadline: float | None) -> list[Extracti
         ) from None
 
 
+REQUEST_START_HEADER = "X-Request-Start"  # set by deploy/nginx.conf: t=<nginx's $msec>
+
+
+def queued_seconds(header: str | None, now: float) -> float:
+    """How long a request waited before the app started on it, from nginx's ``X-Request-Start``
+    (``t=SECONDS.MILLIS``, the wall clock when nginx passed it on) and ``now`` (``time.time()``);
+    0 without one, for a malformed one, or for one in the future: the header can only shorten a
+    request's deadline, never lengthen it, so a client that sends its own cannot gain time.
+
+    >>> queued_seconds("t=1000.250", 1012.5), queued_seconds("t=2000.0", 1012.5)
+    (12.25, 0.0)
+    >>> [queued_seconds(h, 5.0) for h in (None, "soon", "t=nan", "t=-9", "t=²", "t=" + "9" * 400)]
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    value = (header or "").strip().removeprefix("t=")
+    try:
+        started = float(value) if value.replace(".", "", 1).isdigit() else now
+    except ValueError:  # digits float() does not read ("²")
+        started = now
+    return max(0.0, now - started)
+
+
 # -- endpoints -----------------------------------------------------------------------------------
 def _extract_response(model: ServedModel) -> Response:
-    # SPO_REQUEST_TIMEOUT counts from here: reading, checking and tokenizing the texts are part of
-    # the request's time (past the deadline, the run stops before its first model call).
+    # SPO_REQUEST_TIMEOUT counts from here, or from when nginx passed the request on (its time in
+    # gunicorn's queue, waiting for a thread, counts too: one that waited past its deadline is
+    # answered 504 at once, so a queue behind an overloaded worker drains instead of running stale
+    # work). Reading, checking and tokenizing the texts are part of the request's time (past the
+    # deadline, the run stops before its first model call).
     limits = settings()
-    deadline = time.monotonic() + limits.request_timeout if limits.request_timeout else None
+    deadline = None
+    if limits.request_timeout:
+        waited = queued_seconds(request.headers.get(REQUEST_START_HEADER), time.time())
+        deadline = time.monotonic() + limits.request_timeout - waited
     texts, field = parse_extract_request(read_json_body(), limits)
     g.spo_texts = len(texts)  # for the metrics and the access log (app.web.metrics)
     plan = _plan(model, texts, field)

@@ -82,6 +82,30 @@ def test_limits_the_deadline_counts_from_the_request_not_from_its_first_model_ca
     assert client.post("/v1/extract", json={"text": "北京"}).status_code == 200
 
 
+def test_limits_the_deadline_counts_the_wait_in_gunicorns_queue(
+    make_fake_app: Callable[..., Flask], fake_extractor: FakeExtractor
+) -> None:
+    """Behind nginx, a request that waited for a worker thread past its deadline (an overloaded
+    worker's queue) ran in full when its turn came, so the queue never drained and /healthz behind
+    it timed out: nginx's X-Request-Start dates the deadline. A time in the future (a client's own
+    header, without nginx) is ignored: it can never buy a longer deadline."""
+    client = make_fake_app(request_timeout=5).test_client()
+    queued = {"X-Request-Start": f"t={time.time() - 6:.3f}"}
+    sent = time.monotonic()
+    response = client.post("/v1/extract", json={"text": "北京"}, headers=queued)
+    assert response.status_code == 504 and response.get_json()["code"] == "deadline_exceeded"
+    expired = fake_extractor.deadlines[-1]  # already past when the app started on it
+    assert expired is not None and expired == pytest.approx(sent - 1, abs=0.5)
+    started = time.monotonic()
+    for header in (f"t={time.time() - 1:.3f}", f"t={time.time() + 3600:.3f}", "garbage"):
+        answer = client.post(
+            "/v1/extract", json={"text": "北京"}, headers={"X-Request-Start": header}
+        )
+        assert answer.status_code == 200, header
+        deadline = fake_extractor.deadlines[-1]
+        assert deadline is not None and deadline <= started + 5.5, header
+
+
 def test_limits_a_request_waiting_for_the_model_gives_up_at_its_deadline(
     make_fake_app: Callable[..., Flask], fake_extractor: FakeExtractor
 ) -> None:

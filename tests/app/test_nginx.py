@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 import pytest
@@ -548,7 +548,10 @@ def test_nginx_check_config_tests_what_a_start_would_give_nginx(tmp_path: Path) 
 class _Upstream(http.server.BaseHTTPRequestHandler):
     """gunicorn's stand-in: every answer carries X-Request-ID, as the app's and the worker's do."""
 
+    starts: ClassVar[list[str | None]] = []  # the X-Request-Start nginx passed on, a request each
+
     def do_GET(self) -> None:
+        self.starts.append(self.headers.get("X-Request-Start"))
         self.send_response(200)
         self.send_header("X-Request-ID", "from-upstream")
         self.send_header("Content-Length", "2")
@@ -605,8 +608,14 @@ def test_nginx_logs_every_request_gunicorn_has_no_line_for(tmp_path: Path) -> No
             server = _UnixHTTPServer(str(sock), _Upstream)
             sock.chmod(0o777)
             threading.Thread(target=server.serve_forever, daemon=True).start()
-            answered = call(port, "GET", "/readyz")
+            before = time.time()
+            answered = call(port, "GET", "/readyz", headers={"X-Request-Start": "t=1"})
             assert answered.status == 200 and answered.headers["x-request-id"] == "from-upstream"
+            # nginx dates the request itself (the deadline counts gunicorn's queue), over a
+            # client's own header.
+            (start,) = _Upstream.starts
+            assert start is not None and re.fullmatch(r"t=\d+\.\d{3}", start), start
+            assert before - 1 <= float(start[2:]) <= time.time() + 1
             assert call(port, "TRACE", "/v1/extract").status == 405
             lines: list[str] = []
             while len(lines) < 2 and time.monotonic() < deadline:

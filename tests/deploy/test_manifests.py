@@ -127,6 +127,14 @@ def test_kubernetes_probes_are_the_apps_health_paths(client: FlaskClient) -> Non
     assert client.get(annotations["prometheus.io/path"]).status_code in (200, 401)
 
 
+def test_kubernetes_liveness_outwaits_a_full_worker_queue() -> None:
+    """Under overload /healthz waits for a worker thread behind extraction requests, each answered
+    by its deadline (counted from nginx): a liveness timeout under SPO_REQUEST_TIMEOUT restarted
+    pods that were only busy."""
+    liveness = _probes()["livenessProbe"]
+    assert liveness["timeoutSeconds"] > float(_config()["SPO_REQUEST_TIMEOUT"]) + 1
+
+
 def test_kubernetes_ports_agree_with_the_image() -> None:
     container = _container()
     (port,) = container["ports"]
