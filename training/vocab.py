@@ -75,7 +75,16 @@ def write_vocab(path: Path = DEFAULT_PATH) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="where to write vocab.txt")
+    # In a checkout the project's vocab/ folder; installed (no such folder beside the package) the
+    # path must be given: the default would write into site-packages.
+    in_checkout = DEFAULT_PATH.parent.is_dir()
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_PATH if in_checkout else None,
+        required=not in_checkout,
+        help="where to write vocab.txt" + (f" (default: {DEFAULT_PATH})" if in_checkout else ""),
+    )
     args = parser.parse_args(argv)
     digest = write_vocab(args.out)
     count = sum(1 for _ in vocab_tokens())

@@ -339,7 +339,7 @@ _TABLE = (
            "SPO_MODEL_DIR", _models, _model_names),
     Option("model", None, "A model name of SPO_MODELS (the names the service uses), or a model "
            "directory. Default: the service's default model (the first of SPO_MODELS, else "
-           "SPO_MODEL_DIR, else models/demo).", env=False, flags=("--model", "-m"),
+           "SPO_MODEL_DIR, else the embedded demo model).", env=False, flags=("--model", "-m"),
            commands=_BOTH, old={"extract": ("--model-dir",)}, metavar="NAME|DIR"),
     Option("precision", None, "the model's own when not set (its model.json: fp32, or int8 for a "
            "spo quantize directory); " + precision_help(), flags=("--precision",),
