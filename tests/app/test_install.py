@@ -113,7 +113,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], env=env)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    _run([*pip, str(wheel)], env=env)
+    _run([*pip, str(wheel), "-c", str(PROJECT_ROOT / "requirements.lock")], env=env)  # README
     _run([*pip, "--no-deps", "bert4keras==0.11.5"], env=env)
     work = base / "work"
     work.mkdir()
