@@ -110,9 +110,12 @@ def not_a_master(pid: int, proc: Path = Path("/proc")) -> str | None:
     >>> (root / "7").mkdir(); _ = (root / "7" / "cmdline").write_bytes(b"vim\0notes.txt\0")
     >>> not_a_master(7, root)
     'vim notes.txt'
-    >>> _ = (root / "7" / "cmdline").write_bytes(b"/usr/bin/python3\0-m\0app.serving.master\0")
+    >>> _ = (root / "7" / "cmdline").write_bytes(b"/usr/bin/python3\0-P\0-m\0app.serving.master\0")
     >>> not_a_master(7, root) is None
     True
+    >>> _ = (root / "7" / "cmdline").write_bytes(b"/usr/bin/python3\0-P\0x.py\0app.serving.master\0")
+    >>> not_a_master(7, root)
+    '/usr/bin/python3 -P x.py app.serving.master'
     >>> _ = (root / "7" / "cmdline").write_bytes(b"vim\0gunicorn.conf.py\0")
     >>> not_a_master(7, root)
     'vim gunicorn.conf.py'
@@ -124,7 +127,10 @@ def not_a_master(pid: int, proc: Path = Path("/proc")) -> str | None:
     words = [a.decode(errors="replace") for a in argv if a]
     # The program (gunicorn's title, or python) and what python runs, never the arguments after.
     program = Path(words[0]).name if words else ""
-    runs = words[1:3] if words[1:2] == ["-m"] else words[1:2]
+    rest = words[1:]
+    while rest[:1] and rest[0] in ("-P", "-u", "-B", "-E", "-s", "-I"):  # python's own flags
+        rest = rest[1:]
+    runs = rest[0:2] if rest[:1] == ["-m"] else rest[0:1]
     if program.startswith("gunicorn") or (
         program.startswith("python")
         and any(w == "app.serving.master" or Path(w).name == "gunicorn" for w in runs)
