@@ -164,3 +164,47 @@ def test_browser_docs_show_the_extract_endpoint(browser: Any, base_url: str) -> 
         e["message"] for e in browser.get_log("browser") if "Content Security" in e["message"]
     ]
     assert not blocked, blocked
+
+
+# The page's fetch, slowed for texts that contain 慢: a stand-in for a long text's slow answer.
+SLOW_FETCH = """
+const original = window.fetch;
+window.fetch = (url, options) => {
+  const slow = options && options.body && JSON.parse(options.body).text.includes("慢");
+  return slow
+    ? new Promise((done) => setTimeout(done, 2500)).then(() => original(url, options))
+    : original(url, options);
+};
+"""
+
+
+def test_browser_a_slow_answer_never_overwrites_a_newer_one(browser: Any, base_url: str) -> None:
+    """A slow answer that came back after a newer extraction replaced its result: the highlighted
+    text and the triples of the old text stood under the new text in the box."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(base_url + "/")
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: "demo v1" in d.find_element(By.ID, "model-name").text
+    )
+    browser.execute_script(
+        "document.getElementById('token').value = arguments[0];" + SLOW_FETCH, TOKEN
+    )
+    set_text(browser, "慢慢地，" + SENTENCE)
+    browser.find_element(By.ID, "extract").click()
+    example = browser.find_element(By.CSS_SELECTOR, "#examples button")
+    example.click()  # while the slow one is on its way
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_element(By.ID, "annotated").text.replace("\n", "") != ""
+    )
+    time.sleep(4)  # the slow answer has come back by now
+    shown = browser.execute_script(
+        "const copy = document.getElementById('annotated').cloneNode(true);"
+        "copy.querySelectorAll('.tag').forEach((t) => t.remove());"
+        "return copy.textContent;"
+    )
+    assert shown == example.text, (shown, example.text)  # the text in the box, not the slow one's
+    assert not browser.find_element(By.ID, "extract").get_attribute("disabled")
