@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from pyspark import SparkFiles, TaskContext
@@ -615,7 +616,9 @@ def read_records(
     Ids are those ``spo extract`` gives: the line number (text files, or JSON lines without an id),
     prefixed ``"FILE:"`` when the inputs hold several files.
     """
-    reader = spark.read.option("lineSep", "\n")
+    # Directories are read to their depth (a file in a subfolder was skipped without a word);
+    # Spark still skips names starting with "_" or "." (its own output's _SUCCESS, .crc files).
+    reader = spark.read.option("lineSep", "\n").option("recursiveFileLookup", "true")
     try:
         files = sorted(reader.text(list(inputs)).inputFiles())
     except Exception as exc:  # AnalysisException: path does not exist, ...
@@ -630,12 +633,17 @@ def read_records(
             f"{_display(unknown)}: cannot tell the format from the name; "
             "use --input-format txt or jsonl"
         ) from None
-    lines = reader.text(files).select(
+    # inputFiles() gives URIs (a space as %20): read back as the paths they name, glob characters
+    # escaped (a file named a[1].txt is that file, not a pattern).
+    lines = reader.text([_literal(f) for f in files]).select(
         F.col("_metadata.file_path").alias("path"),
         F.col("_metadata.file_block_start").alias("start"),
         F.col("value").cast("binary").alias("raw"),
     )
-    bases = _split_bases(lines)
+    try:
+        bases = _split_bases(lines)
+    except Exception as exc:  # a file Spark cannot decode (a cut gzip): one line, as the job's
+        raise SparkExtractError(f"the Spark job failed: {_cause(exc)}") from None
     file_index = {_display(f): i for i, f in enumerate(files)}
     prefix_ids = len(files) > 1
 
@@ -712,12 +720,27 @@ def _guess_fails(path: str) -> bool:
 
 
 def _display(path: str) -> str:
-    """A file's name as ids show it: a local path without its ``file:`` scheme, else the URI."""
+    """A file's name as ids show it: a local path without its ``file:`` scheme, else the URI; its
+    percent escapes decoded (Spark lists ``a b.txt`` as ``a%20b.txt``).
+
+    >>> _display("file:///data/a%20b.txt"), _display("hdfs://nn/c%25d.txt")
+    ('/data/a b.txt', 'hdfs://nn/c%d.txt')
+    """
     if path.startswith("file://"):
-        return path[len("file://") :]
-    if path.startswith("file:"):
-        return path[len("file:") :]
-    return path
+        path = path[len("file://") :]
+    elif path.startswith("file:"):
+        path = path[len("file:") :]
+    return unquote(path)
+
+
+def _literal(uri: str) -> str:
+    """A listed file's URI as a path Spark reads as that one file: percent escapes decoded, glob
+    characters escaped.
+
+    >>> _literal("file:/data/a%20b%5B1%5D.txt")
+    'file:/data/a b\\\\[1\\\\].txt'
+    """
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", unquote(uri))
 
 
 def _id_text(value: Any) -> str:
@@ -763,11 +786,23 @@ def output_problem(
 
     fs, out, out_uri = qualified(output)
     for given in inputs:
-        # A glob's fixed head: whatever it matches lies below it.
-        literal = _GLOB.split(given, maxsplit=1)[0]
-        in_uri = qualified(literal or ".")[2]
-        if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
-            return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
+        # What the input names: a glob's matches (it may match OUTPUT itself), else the path.
+        matched = [given]
+        if _GLOB.search(given):
+            in_fs = jvm.org.apache.hadoop.fs.Path(given).getFileSystem(conf)
+            statuses = in_fs.globStatus(jvm.org.apache.hadoop.fs.Path(given)) or []
+            matched = [str(st.getPath().toString()) for st in statuses]
+        for path in matched:
+            in_fs, _, in_uri = qualified(path)
+            if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
+                return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
+            # Directories are read to their depth: an output inside one is read back by the next
+            # run and deleted under it by --force.
+            if out_uri.startswith(in_uri + "/"):
+                return (
+                    f"the output {output} is inside the input {given}, which is read to its depth:"
+                    " choose another OUTPUT"
+                )
     if not fs.exists(out):
         # Asked now by making (and removing) a directory beside it, not by the job's first task.
         probe = jvm.org.apache.hadoop.fs.Path(out.getParent(), f".spo-probe-{uuid.uuid4().hex}")
@@ -878,8 +913,10 @@ def run_spark_extract(
         id_field=options.id_field,
         max_text_chars=options.max_text_chars,
     )
-    if options.partitions:
-        records = records.repartitionByRange(options.partitions, "seq").sortWithinPartitions("seq")
+    # Input order, whatever the partitions: Spark packs the input's splits into tasks by size, the
+    # biggest first, so several files came out in that order (range partitioning on the position).
+    tasks = options.partitions or records.rdd.getNumPartitions()
+    records = records.repartitionByRange(tasks, "seq").sortWithinPartitions("seq")
     rows = extract_records(
         records,
         model,

@@ -250,6 +250,60 @@ def test_spark_extract_never_overwrites_an_input_or_other_files(spark: Any, tmp_
     assert problem(earlier) is None  # _SUCCESS, part-*, their .crc files: an earlier output
 
 
+def test_spark_extract_reads_a_tree_of_files_in_order_by_their_names(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Several files came out biggest first (Spark packs splits into tasks by size) unless
+    --partitions was given; a name with a space crashed the job (Spark lists it as %20); a file
+    in a subfolder was skipped without a word."""
+    tree = tmp_path / "in dir"
+    (tree / "sub").mkdir(parents=True)
+    sizes = {"a b.txt": 3, "b.txt": 40, "sub/c.txt": 10}
+    for name, n in sizes.items():
+        lines = [SENTENCES[i % len(SENTENCES)] + f"（{name}第{i}行）" for i in range(n)]
+        (tree / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    files = [str(tree / name) for name in sorted(sizes)]  # "a b.txt" < "b.txt" < "sub/c.txt"
+    expected_out = tmp_path / "expected.jsonl"
+    run_batch(BatchOptions(inputs=tuple(files), output=str(expected_out),
+                           model_dir=DEFAULT_MODEL_DIR, workers=0, max_text_chars=MAX_CHARS))  # fmt: skip
+    expected = expected_out.read_bytes().splitlines()
+    options = spo_spark.SparkExtractOptions(
+        inputs=(str(tree),), output=str(tmp_path / "out"), max_text_chars=MAX_CHARS
+    )
+    summary = spo_spark.run_spark_extract(spark, options)
+    assert summary.records == sum(sizes.values()) == len(expected)
+    got = part_lines(tmp_path / "out")
+    assert [json.loads(g)["id"] for g in got][:4] == [
+        f"{tree}/a b.txt:1", f"{tree}/a b.txt:2", f"{tree}/a b.txt:3", f"{tree}/b.txt:1",
+    ]  # fmt: skip
+    assert got == expected  # spo extract's lines, byte for byte, in the files' order
+
+
+def test_spark_extract_never_reads_its_own_output_and_a_cut_gzip_is_one_line(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A glob could match OUTPUT (checked against the glob's fixed head only): --force then
+    deleted the input it was reading and failed. An output inside an input directory would be read
+    back by the next run. A cut gzip ended in a py4j traceback."""
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("张艺谋执导了《红高粱》。\n", encoding="utf-8")
+    (data / "out").mkdir()  # an earlier run's output, matched by the glob below
+
+    def problem(output: Path, inputs: tuple[str, ...]) -> Any:
+        return spo_spark.output_problem(spark, str(output), inputs, force=True)
+
+    assert "is (or holds) the input" in problem(data / "out", (f"{data}/*",))
+    assert "is inside the input" in problem(data / "out", (str(data),))
+    assert problem(tmp_path / "elsewhere", (f"{data}/*",)) is None
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(("张艺谋执导了《红高粱》。\n" * 500).encode())[:60])
+    with pytest.raises(spo_spark.SparkExtractError, match=r"^the Spark job failed: .*cut\.txt\.gz"):
+        spo_spark.read_records(spark, (str(cut),))
+
+
 def test_spark_extract_output_that_cannot_be_written_is_one_line(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
