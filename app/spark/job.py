@@ -894,7 +894,9 @@ def run_spark_extract(
     if problems:
         raise SparkExtractError("; ".join(problems))
     try:
-        load_manifest(options.model_dir)
+        manifest = load_manifest(options.model_dir)
+        if options.precision is not None:  # an fp32 directory asked for int8, or the reverse
+            manifest.check_precision(options.precision)
     except SpoError as exc:
         raise SparkExtractError(f"cannot load the model: {exc.message}") from None
     problem = output_problem(spark, options.output, options.inputs, options.force)

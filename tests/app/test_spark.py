@@ -304,6 +304,19 @@ def test_spark_extract_never_reads_its_own_output_and_a_cut_gzip_is_one_line(
         spo_spark.read_records(spark, (str(cut),))
 
 
+def test_spark_extract_a_precision_the_model_cannot_run_is_refused_before_the_job(
+    spark: Any, tmp_path: Path
+) -> None:
+    """--precision int8 on an fp32 directory started the job, and each task's model load failed."""
+    (tmp_path / "in.txt").write_text("张艺谋执导了《红高粱》。\n", encoding="utf-8")
+    options = spo_spark.SparkExtractOptions(
+        inputs=(str(tmp_path / "in.txt"),), output=str(tmp_path / "out"), precision="int8"
+    )
+    with pytest.raises(spo_spark.SparkExtractError, match="precision int8 needs an int8 model"):
+        spo_spark.run_spark_extract(spark, options)
+    assert not (tmp_path / "out").exists()
+
+
 def test_spark_extract_output_that_cannot_be_written_is_one_line(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
