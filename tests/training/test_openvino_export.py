@@ -46,7 +46,9 @@ def test_openvino_export_cli_refuses_bad_inputs(openvino_model_dirs, tmp_path):
         assert code == 1 and "is the model directory itself" in output
     assert not (tmp_path / "x").exists()
     code, output = _export("--help")
-    assert code == 0 and "pip install 'spo-service[openvino]'" in output and "--calibration" in output
+    assert (
+        code == 0 and "pip install 'spo-service[openvino]'" in output and "--calibration" in output
+    )
 
 
 def test_openvino_export_refuses_onnx_and_int8_sources(triples_model_dir, tmp_path):
