@@ -264,10 +264,10 @@ def export_user_model(
     from training.conversion import replaceable
     from training.gplinker import build_gplinker, build_ner
 
-    weights_given = Path(weights_path)
+    weights = Path(weights_path)
     inputs = (
-        weights_given,
-        Path(f"{weights_given}.index"),
+        weights,
+        Path(f"{weights}.index"),
         Path(schema_path),
         Path(bert_config_path),
     )
@@ -291,7 +291,6 @@ def export_user_model(
             f"--max-length {max_length} is more than the {positions} positions of "
             f"{bert_config_path} (max_position_embeddings): use at most {positions}"
         )
-    weights = Path(weights_path)
     if not weights.is_file() and not Path(f"{weights}.index").is_file():
         raise ValueError(
             f"{weights}: no such weights file (an .h5 / .weights.h5 file, or a TF checkpoint "

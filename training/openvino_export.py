@@ -133,7 +133,8 @@ def calibration_texts(calibration: Path | None, samples: int) -> tuple[tuple[str
                 raise OpenVinoExportError(
                     "int8 needs calibration sentences: pass --calibration FILE (text lines, or "
                     "JSON lines with a 'text' field), or install the training extra (pip install "
-                    "'spo-service[training]'; in a checkout: make extra-training) for the synthetic generator's"
+                    "'spo-service[training]'; in a checkout: make extra-training) for the "
+                    "synthetic generator's"
                 ) from None
             found = demo_calibration(samples)
     except QuantizeError as exc:

@@ -1,7 +1,8 @@
 """Post-training int8 quantization of a model directory (``spo quantize``): an offline tool.
 
-Needs the optional extra ``neural-compressor-tf`` (``pip install 'spo-service[quantize]'``; in a checkout ``make extra-quantize``);
-the server never imports this module and serves the result with TensorFlow alone.
+Needs the optional extra ``neural-compressor-tf`` (``pip install 'spo-service[quantize]'``; in a
+checkout ``make extra-quantize``); the server never imports this module and serves the result with
+TensorFlow alone.
 
 What it does, in order:
 

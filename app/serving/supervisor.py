@@ -24,11 +24,12 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   (``deploy/nginx.conf``, ``proxy_next_upstream``); gunicorn's master starts a new worker.
 - If either process exits on its own, the other is stopped and the supervisor exits non-zero.
 
-nginx's errors go to this process's stderr, and the access lines of the requests nginx answers itself
-(its limits, malformed requests: nothing reached gunicorn) to its stdout, through a pipe; no log is
-written in the run directory. gunicorn's logs and access log stay on stdout/stderr as without
-``--nginx``. Every line keeps to ``SPO_LOG_FORMAT``: the supervisor's own lines go through the one
-logging setup (``app.core.logs``, logger ``spo.serve``), nginx's access lines are rendered in that format
+nginx's errors go to this process's stderr, and the access lines of the requests gunicorn never
+answered (nginx's own answers: its limits, malformed requests; and the 503s of an upstream that gave
+none) to its stdout, through a pipe; no log is written in the run directory. gunicorn's logs and
+access log stay on stdout/stderr as without ``--nginx``. Every line keeps to ``SPO_LOG_FORMAT``: the
+supervisor's own lines go through the one logging setup (``app.core.logs``, made by ``spo serve``
+before it gets here; logger ``spo.serve``), nginx's access lines are rendered in that format
 by nginx itself, and under ``json`` each nginx error line becomes one JSON object (logger ``nginx``,
 its level from nginx's ``[warn]``/``[error]``...), so a log shipper never meets a line it cannot parse.
 """
@@ -53,7 +54,6 @@ from typing import IO, TextIO
 
 import click
 
-from app.core.logs import configure_logging
 from app.core.settings import Settings
 from app.serving.launch import gunicorn_command
 from app.serving.nginx import NGINX_PATH, nginx_http2, render_nginx_conf
@@ -346,8 +346,6 @@ def serve_behind_nginx(
     nginx = find_nginx()
     if nginx is None:
         raise click.ClickException(NGINX_MISSING)
-    if not logging.getLogger().handlers:  # a program embedding the command keeps its own set-up
-        configure_logging(settings)
     for stale in remove_stale_run_dirs(Path(tempfile.gettempdir())):
         _say(f"removed {stale}: the run directory of a spo serve --nginx that was killed")
     run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))

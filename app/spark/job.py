@@ -789,11 +789,11 @@ def output_problem(
         # What the input names: a glob's matches (it may match OUTPUT itself), else the path.
         matched = [given]
         if _GLOB.search(given):
-            in_fs = jvm.org.apache.hadoop.fs.Path(given).getFileSystem(conf)
-            statuses = in_fs.globStatus(jvm.org.apache.hadoop.fs.Path(given)) or []
+            pattern = jvm.org.apache.hadoop.fs.Path(given)
+            statuses = pattern.getFileSystem(conf).globStatus(pattern) or []
             matched = [str(st.getPath().toString()) for st in statuses]
         for path in matched:
-            in_fs, _, in_uri = qualified(path)
+            in_uri = qualified(path)[2]
             if in_uri == out_uri or in_uri.startswith(out_uri + "/"):
                 return f"the output {output} is (or holds) the input {given}: choose another OUTPUT"
             # Directories are read to their depth: an output inside one is read back by the next

@@ -17,6 +17,7 @@ stay ``Extraction`` values until the response is written.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -256,12 +257,11 @@ def queued_seconds(header: str | None, now: float) -> float:
     >>> [queued_seconds(h, 5.0) for h in (None, "soon", "t=nan", "t=-9", "t=²", "t=" + "9" * 400)]
     [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
-    value = (header or "").strip().removeprefix("t=")
     try:
-        started = float(value) if value.replace(".", "", 1).isdigit() else now
-    except ValueError:  # digits float() does not read ("²")
-        started = now
-    return max(0.0, now - started)
+        started = float((header or "").strip().removeprefix("t="))
+    except ValueError:
+        return 0.0
+    return max(0.0, now - started) if math.isfinite(started) and started > 0 else 0.0
 
 
 # -- endpoints -----------------------------------------------------------------------------------
