@@ -9,14 +9,56 @@ The top of the stack: it may import every part of ``app``, ``nlp`` and, lazily i
 from __future__ import annotations
 
 import logging
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
-from app.core.logs import configure_logging
+from app.core.logs import configure_logging, one_line
 from app.core.settings import LogSettings, SettingsError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def shown(message: str, given: Iterable[str]) -> str:
+    r"""``message`` as an error line prints it: the control characters of what the user gave (a path
+    with a line break or an escape sequence in it) escaped, the message's own line breaks kept.
+
+    ``given`` is what the user typed: each argument, and each ``/``-separated part of one, that holds
+    a control character is escaped wherever the message quotes it (so are the paths made from it, and
+    its parent ``out\n`` of ``out\n/x.jsonl``); other control characters but a line break anywhere.
+
+    >>> print(shown("cannot write out\n/x.jsonl: out\n is a file\n(use -o -)", ["-o", "out\n/x.jsonl"]))
+    cannot write out\n/x.jsonl: out\n is a file
+    (use -o -)
+    >>> print(shown("no model\x1b[2J here\r", []))
+    no model\x1b[2J here\r
+    """
+    pieces = {piece for text in given for piece in (text, *text.split("/"))}
+    risky = sorted((p for p in pieces if one_line(p) != p), key=len, reverse=True)
+    if risky:
+        message = re.sub("|".join(map(re.escape, risky)), lambda m: one_line(m[0]), message)
+    return "\n".join(one_line(line) for line in message.split("\n"))
+
+
+class _Group(click.Group):
+    """The ``spo`` group: an error it prints quotes a path or value the user gave on one line, escaped
+    (``shown``), whichever command or module raised it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["spo.given"] = [*args, *(v for k, v in os.environ.items() if k.startswith("SPO_"))]
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            # click types ``message`` Final; it is rewritten once, here, before click shows it.
+            setattr(exc, "message", shown(exc.message, ctx.meta.get("spo.given", ())))  # noqa: B010
+            raise
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="spo-service", prog_name="spo")
 @click.pass_context
 def main(ctx: click.Context) -> None:
