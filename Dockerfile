@@ -100,7 +100,8 @@ EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('PORT', '8080'), timeout=2)"]
 # tini (PID 1) reaps orphans and passes SIGTERM to `spo serve`, which stops nginx then gunicorn
-# gracefully; the shell only expands $HOST:$PORT and replaces itself (exec). HOST (default: every
-# address) narrows where nginx listens, e.g. HOST=127.0.0.1 with --network host.
+# gracefully; the shell only expands $HOST and $PORT and replaces itself (exec). Without HOST nginx
+# listens on every address, IPv4 and (where the kernel has it) IPv6: IPv6-only and dual-stack clusters
+# reach it too; HOST narrows it to one address, e.g. HOST=127.0.0.1 with --network host.
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["/bin/sh", "-c", "exec spo serve --nginx \"${HOST:-0.0.0.0}:${PORT:-8080}\""]
+CMD ["/bin/sh", "-c", "exec spo serve --nginx \"${HOST:+$HOST:}${PORT:-8080}\""]

@@ -78,6 +78,21 @@ def _tls_block(settings: Settings, http2: str | None) -> tuple[str, str]:
     return (" ssl http2" if http2 == "listen" else " ssl"), "\n".join(lines)
 
 
+def listen_directives(listen: str, params: str = "", *, ipv6: bool = False) -> str:
+    """The server block's ``listen`` lines for ``--nginx listen``: a bare ``PORT`` is every address,
+    IPv4 and, where the machine has IPv6 (``ipv6``), IPv6 too (nginx's ``listen PORT`` alone is IPv4's
+    only, ``[::]:PORT`` IPv6's only); ``HOST:PORT`` is that address alone.
+
+    >>> print(listen_directives("8080", " ssl", ipv6=True))
+            listen 8080 ssl;
+            listen [::]:8080 ssl;
+    >>> print(listen_directives("127.0.0.1:8080", ipv6=True))
+            listen 127.0.0.1:8080;
+    """
+    hosts = ["", "[::]:"] if ipv6 and listen.isdigit() else [""]
+    return "\n".join(f"        listen {host}{listen}{params};" for host in hosts)
+
+
 # The access line of a request nginx answered itself, in the service's log format (docs/rest.md,
 # "Logs"): the path without its query string, no header; nginx escapes what a value may carry.
 _ACCESS_LOG_FORMATS = {
@@ -99,8 +114,10 @@ def render_nginx_conf(
     prefix: Path,
     template: Path = NGINX_TEMPLATE,
     http2: str | None = None,
+    ipv6: bool = False,
 ) -> str:
-    """``deploy/nginx.conf`` for ``listen`` (HOST:PORT) in front of ``upstream`` (gunicorn's bind).
+    """``deploy/nginx.conf`` for ``listen`` (HOST:PORT, or PORT: ``listen_directives``, with ``ipv6``)
+    in front of ``upstream`` (gunicorn's bind).
 
     ``prefix`` holds the pid file, logs and temp files, so nginx runs without root. With
     ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` it listens with TLS, and HTTP/2 as ``http2`` says
@@ -111,8 +128,7 @@ def render_nginx_conf(
         settings.request_timeout * 1000 if settings.request_timeout else settings.timeout * 500
     )
     values = {
-        "LISTEN": listen,
-        "LISTEN_PARAMS": listen_params,
+        "LISTEN": listen_directives(listen, listen_params, ipv6=ipv6),
         "TLS": tls,
         "RETRY_TIMEOUT": f"{max(1, round(retry_ms))}ms",
         "UPSTREAM": upstream,

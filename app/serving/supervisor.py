@@ -1,6 +1,7 @@
 """``spo serve --nginx HOST:PORT``: nginx in front of gunicorn on a private unix socket, both supervised.
 
-The production layout in one command. A private run directory (``mkdtemp``, mode 0711: nginx's
+The production layout in one command. nginx listens on HOST:PORT, or with a bare PORT on every address,
+IPv6 too where the machine has it (``app.serving.nginx.listen_directives``). A private run directory (``mkdtemp``, mode 0711: nginx's
 workers may reach the socket but nobody may list the directory) holds gunicorn's socket and nginx's
 prefix (the rendered ``deploy/nginx.conf``, its pid file, logs and temp files). Both processes start in
 their own process group, so a Ctrl-C in the terminal reaches only this supervisor, which then stops them
@@ -42,6 +43,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -292,6 +294,17 @@ def _signature(paths: Sequence[Path]) -> tuple[tuple[int, ...] | None, ...]:
     return tuple(found)
 
 
+def has_ipv6() -> bool:
+    """Whether nginx can listen on IPv6 here: a socket bound to ``[::]`` (a kernel without IPv6,
+    ``ipv6.disable=1``, refuses it, and nginx would fail to start on ``listen [::]:PORT``)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::", 0))
+    except OSError:
+        return False
+    return True
+
+
 def _configure(
     nginx: str, settings: Settings, listen: str, prefix: Path, socket_path: Path
 ) -> tuple[list[str], str | None]:
@@ -310,7 +323,12 @@ def _configure(
     http2 = nginx_http2(version.stderr) if settings.tls else None
     try:
         text = render_nginx_conf(
-            settings, listen=listen, upstream=f"unix:{socket_path}", prefix=prefix, http2=http2
+            settings,
+            listen=listen,
+            upstream=f"unix:{socket_path}",
+            prefix=prefix,
+            http2=http2,
+            ipv6=has_ipv6(),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

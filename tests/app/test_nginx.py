@@ -32,7 +32,7 @@ from app.core.settings import DEFAULT_MODEL_DIR, Settings
 from app.serving.launch import default_pid_file
 from app.serving.nginx import nginx_http2, render_nginx_conf
 from app.serving.server import secret_warnings
-from app.serving.supervisor import find_nginx
+from app.serving.supervisor import find_nginx, has_ipv6
 from tests.app.test_live import (
     PROBLEM,
     Answer,
@@ -169,6 +169,77 @@ def test_nginx_tls_lines(tmp_path: Path, http2: str | None) -> None:
     assert f"ssl_certificate {cert};" in text and f"ssl_certificate_key {key};" in text
     assert "ssl_protocols TLSv1.2 TLSv1.3;" in text
     assert ("http2 on;" in text) == (http2 == "directive")
+
+
+@pytest.mark.parametrize(
+    ("listen", "ipv6", "lines"),
+    [
+        ("8080", True, ["8080 ssl", "[::]:8080 ssl"]),  # every address, both families
+        ("8080", False, ["8080 ssl"]),  # a kernel without IPv6: nginx could not bind [::]
+        ("127.0.0.1:8080", True, ["127.0.0.1:8080 ssl"]),
+        ("[::1]:8080", True, ["[::1]:8080 ssl"]),
+    ],
+)
+def test_nginx_a_bare_port_listens_on_ipv6_too_where_there_is_one(
+    tmp_path: Path, listen: str, ipv6: bool, lines: list[str]
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("-")
+    key.write_text("-")
+    settings = Settings(model_dir=DEFAULT_MODEL_DIR, tls_cert=cert, tls_key=key)
+    text = render_nginx_conf(
+        settings, listen=listen, upstream="unix:/run/g.sock", prefix=tmp_path, ipv6=ipv6
+    )
+    assert re.findall(r"^\s*listen ([^;]*);", text, re.M) == lines
+
+
+@needs_nginx
+@pytest.mark.skipif(not has_ipv6(), reason="this machine has no IPv6")
+def test_nginx_a_bare_port_answers_on_ipv4_and_ipv6(tmp_path: Path) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="spo-nginx-v6-"))
+    try:
+        run_dir.chmod(0o711)
+        prefix, sock = run_dir / "nginx", run_dir / "g.sock"
+        prefix.mkdir()
+        port = free_port()
+        text = render_nginx_conf(
+            Settings(model_dir=DEFAULT_MODEL_DIR),
+            listen=str(port),
+            upstream=f"unix:{sock}",
+            prefix=prefix,
+            ipv6=True,
+        )
+        (prefix / "nginx.conf").write_text(text)
+        server = _UnixHTTPServer(str(sock), _Upstream)
+        sock.chmod(0o777)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        nginx = subprocess.Popen(
+            [str(find_nginx()), "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            statuses = {}
+            for host in ("127.0.0.1", "::1"):
+                deadline = time.monotonic() + 30
+                while host not in statuses:
+                    conn = http.client.HTTPConnection(host, port, timeout=10)
+                    try:
+                        conn.request("GET", "/readyz")
+                        statuses[host] = conn.getresponse().status
+                    except OSError:
+                        assert time.monotonic() < deadline and nginx.poll() is None
+                        time.sleep(0.1)
+                    finally:
+                        conn.close()
+        finally:
+            nginx.terminate()
+            nginx.wait(30)
+            server.shutdown()
+            server.server_close()
+        assert statuses == {"127.0.0.1": 200, "::1": 200}
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def test_nginx_tls_path_nginx_cannot_take(tmp_path: Path) -> None:
