@@ -13,8 +13,11 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   checked in the master; a bad one is refused and logged, and the running workers go on serving. A good
   one gets a new generation of workers *beside* the old ones; the old generation is retired (gracefully,
   finishing its requests) only once every new worker reports its model ready, so no request ever waits
-  for a cold worker. If a new worker reports ``failed`` instead, or is not ready within ``SPO_TIMEOUT``,
-  the new generation is retired and the old one keeps serving the old version. Either way it is logged.
+  for a cold worker. If a new worker reports ``failed`` instead, exits before its model is ready, or is
+  not ready within ``SPO_TIMEOUT``, the new generation is retired and the old one keeps serving the old
+  version. Either way it is logged. A new worker that exits once its model was ready (recycled, or a
+  crash under a request) proved the model loads: one more new worker takes its place, and the reload
+  goes on.
   A HUP during a reload is kept, not dropped: once the reload in progress ends (done or failed), one
   more follows with what the directory and the tokens file say then (the last HUP wins: a link moved
   twice, a token revoked twice in a row, never leaves the server on the state in between).
@@ -265,6 +268,10 @@ class PendingReload:
     previous: Settings
     label: str
     started: float = field(default_factory=time.monotonic)
+    # New workers that reported their model ready (a report read after the worker was reaped too).
+    ready: set[int] = field(default_factory=set)
+    # Since when the newest of ``new`` loads: a worker replaced mid-reload gets SPO_TIMEOUT of its own.
+    loading_since: float = field(default_factory=time.monotonic)
 
 
 class SpoArbiter(Arbiter):  # type: ignore[misc]
@@ -347,13 +354,16 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             label,
             len(old),
         )
+        self.pending = PendingReload(old, self._spawn_new(self.num_workers), previous, label)
+
+    def _spawn_new(self, count: int) -> set[int]:
+        """``count`` workers of the reload's new generation (``self.settings``, waiting until ready)."""
         global RELOAD_GENERATION
         RELOAD_GENERATION = True
         try:
-            new = {self.spawn_worker() for _ in range(self.num_workers)}
+            return {self.spawn_worker() for _ in range(count)}
         finally:
             RELOAD_GENERATION = False
-        self.pending = PendingReload(old, new, previous, label)
 
     def manage_workers(self) -> None:
         """gunicorn's, except that during a reload both generations run (nothing is spawned or stopped
@@ -405,12 +415,23 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
 
     def _advance_reload(self, pending: PendingReload) -> None:
         alive = pending.new & set(self.WORKERS)
+        gone = pending.new - alive
         failed = [self.states[p] for p in alive if self.states.get(p, {}).get("state") == "failed"]
         if failed:
             self._fail_reload(pending, f"{failed[0].get('code')}: {failed[0].get('detail')}")
-        elif alive != pending.new:
+        elif gone - pending.ready:
             self._fail_reload(pending, "a new worker exited before its model was ready")
-        elif time.monotonic() - pending.started > self.timeout:
+        elif gone:
+            # Ready, then gone (recycled after its max_requests, the RSS watchdog, a crash): the model
+            # loads, so the reload goes on; a new worker of the same generation takes its place.
+            pending.new = alive | self._spawn_new(len(gone))
+            pending.loading_since = time.monotonic()
+            self.log.warning(
+                "reload: %d new worker(s) exited after their model was ready; started as many in "
+                "their place",
+                len(gone),
+            )
+        elif time.monotonic() - pending.loading_since > self.timeout:
             self._fail_reload(pending, f"the new workers were not ready within {self.timeout}s")
         elif all(self.states.get(p, {}).get("state") == "ready" for p in pending.new):
             self._retire(pending.old)
@@ -464,6 +485,8 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
                 # A worker loaded its model, even one reaped before this report was read (recycled
                 # at once under load): the server has been ready, so a later failure never halts it.
                 self.ever_ready = True
+                if self.pending is not None and pid in self.pending.new:
+                    self.pending.ready.add(pid)
             if pid in self.WORKERS and pid not in self.retiring:
                 self._on_report(pid, doc)
 

@@ -769,3 +769,69 @@ def test_master_a_new_worker_that_fails_to_boot_is_cleaned_up(
     assert failed == ["a new worker failed to boot"]
     assert exited == [4243] and worker.tmp._tmp.closed
     assert arbiter.WORKERS == {}
+
+
+def test_master_a_new_worker_gone_after_it_was_ready_is_replaced_not_a_failed_reload(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new worker that serves once ready may exit before its siblings are (recycled, or a crash
+    under a request): the reload took that for a worker "exited before its model was ready" and
+    threw the whole new generation away. Only a worker gone before it was ready fails it."""
+
+    def arbiter_with(new: set[int], ready: set[int]) -> tuple[SpoArbiter, list[str]]:
+        arbiter = object.__new__(SpoArbiter)
+        arbiter.WORKERS = {pid: object() for pid in (1, 2, *new)}
+        arbiter.states = {pid: {"state": "ready"} for pid in ready & set(arbiter.WORKERS)}
+        arbiter.retiring, arbiter.timeout = set(), 30
+        arbiter.pending = master.PendingReload({1, 2}, new | {11}, Settings(), "B", ready=ready)
+        logged: list[str] = []
+        arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+            warning=lambda msg, *a: logged.append(msg % a),
+            error=lambda msg, *a: logged.append(msg % a),
+            info=lambda msg, *a: logged.append(msg % a),
+        )
+        return arbiter, logged
+
+    # 11 reported ready, served, and was reaped; 12 is ready: one more worker (13) loads for 11.
+    arbiter, logged = arbiter_with({12}, ready={11, 12})
+    spawned = iter([13])
+    monkeypatch.setattr(arbiter, "spawn_worker", lambda: next(spawned))
+    killed: list[int] = []
+    monkeypatch.setattr(arbiter, "kill_worker", lambda pid, sig: killed.append(pid))
+    pending = arbiter.pending
+    assert pending is not None
+    arbiter._advance_reload(pending)
+    assert arbiter.pending is pending and pending.new == {12, 13} and killed == []
+    assert "1 new worker(s) exited after their model was ready" in logged[-1]
+    arbiter.WORKERS[13] = object()
+    arbiter._advance_reload(pending)  # 13 loading: the old generation serves on
+    assert arbiter.pending is pending and killed == []
+    arbiter.states[13] = {"state": "ready"}
+    arbiter._advance_reload(pending)
+    assert arbiter.pending is None and sorted(killed) == [1, 2]  # the old ones retire
+    assert logged[-1].startswith("reload done in")
+
+    # 11 exited without a ready report: its model may not load; the reload fails, the old serve on.
+    arbiter, logged = arbiter_with({12}, ready={12})
+    monkeypatch.setattr(arbiter, "kill_worker", lambda pid, sig: None)
+    pending = arbiter.pending
+    assert pending is not None
+    arbiter._advance_reload(pending)
+    assert arbiter.pending is None
+    assert "a new worker exited before its model was ready" in logged[-1]
+
+
+def test_master_a_new_workers_ready_report_counts_after_it_was_reaped() -> None:
+    arbiter = object.__new__(SpoArbiter)
+    arbiter._reports_r, write = os.pipe()
+    os.set_blocking(arbiter._reports_r, False)
+    arbiter._partial, arbiter.ever_ready, arbiter.states = b"", True, {}
+    arbiter.pending = master.PendingReload({1}, {11, 12}, Settings(), "B")
+    arbiter.retiring, arbiter.WORKERS = set(), {1: object(), 12: object()}  # 11 reaped already
+    os.write(write, b'{"pid": 11, "state": "ready"}\n{"pid": 1, "state": "ready"}\n')
+    os.close(write)
+    try:
+        arbiter._read_reports()
+    finally:
+        os.close(arbiter._reports_r)
+    assert arbiter.pending.ready == {11}
