@@ -25,6 +25,12 @@ class Problem:
     rest: bool = True
     batch: bool = False
     retry_after: bool = False  # answered with a Retry-After header
+    # Other statuses it is answered with (``bad_request``: what nginx and gunicorn call malformed).
+    also: tuple[int, ...] = ()
+
+    @property
+    def statuses(self) -> tuple[int, ...]:
+        return (self.status, *self.also)
 
     @property
     def title(self) -> str:
@@ -36,7 +42,7 @@ CATALOGUE: dict[str, Problem] = {
     p.code: p
     for p in (
         Problem("invalid_json", 400, "the body (a batch line) is not a UTF-8 JSON document (object)", batch=True),
-        Problem("bad_request", 400, "the HTTP request itself is malformed"),
+        Problem("bad_request", 400, "the HTTP request itself is malformed", also=(408, 411, 414, 417, 431, 501, 505)),
         Problem("unauthorized", 401, "a valid bearer token is required"),
         Problem("not_found", 404, "no such endpoint"),
         Problem("unknown_model", 404, "no model of this service has that name (the detail lists them)"),

@@ -136,6 +136,16 @@ def read_json_body() -> Any:
             f"The body must not be compressed (Content-Encoding: {encoding}).",
             headers={"Accept-Encoding": "identity"},  # RFC 9110 section 12.5.3
         )
+    # gunicorn alone reads a body of any transfer coding as chunked; nginx answers 501 for one it does
+    # not implement (deploy/nginx.conf): the same here, rather than a body read as it is not.
+    coding = request.headers.get("Transfer-Encoding")
+    if coding is not None and [c.strip().lower() for c in coding.split(",")] != ["chunked"]:
+        raise ApiError(
+            "bad_request",
+            "The request uses a transfer coding this server does not implement: send "
+            "Content-Length or Transfer-Encoding: chunked.",
+            status=501,
+        )
     # Werkzeug answers 413 itself when Content-Length is over MAX_CONTENT_LENGTH (the limit + 1), but
     # silently truncates a chunked body at it: reading one byte more than allowed tells them apart.
     try:
@@ -149,6 +159,15 @@ def read_json_body() -> Any:
         ) from None
     if len(raw) > settings().max_body_bytes:
         raise RequestEntityTooLarge()
+    # gunicorn ends the stream where the connection does (wsgi.input_terminated), not with an error:
+    # a client that sent less than its Content-Length said would have the prefix taken for the body.
+    announced = request.content_length
+    if announced is not None and coding is None and len(raw) < announced:
+        raise ApiError(
+            "bad_request",
+            f"The request body ended after {len(raw)} of the {announced} bytes its Content-Length "
+            "announced.",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -53,9 +53,13 @@ class ApiError(Exception):
         field: str | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(detail)
         self.problem = problem_for(code)
+        if status is not None and status not in self.problem.statuses:
+            raise ValueError(f"{code} is not answered with {status} (app.core.problems)")
+        self.status = status
         self.code = code
         self.detail = detail
         self.field = field
@@ -112,7 +116,14 @@ def catalogued(exc: SpoError) -> Problem | None:
 
 
 def _api_error(exc: ApiError) -> Response:
-    return problem(exc.problem, exc.detail, field=exc.field, headers=exc.headers, extra=exc.extra)
+    return problem(
+        exc.problem,
+        exc.detail,
+        status=exc.status,
+        field=exc.field,
+        headers=exc.headers,
+        extra=exc.extra,
+    )
 
 
 def _spo_error(exc: SpoError) -> Response:

@@ -42,7 +42,8 @@ def _problems(*codes: str) -> dict[str, Any]:
     by_status: dict[int, list[Problem]] = {}
     for code in codes:
         entry = problem_for(code)
-        by_status.setdefault(entry.status, []).append(entry)
+        for status in entry.statuses:
+            by_status.setdefault(status, []).append(entry)
     responses: dict[str, Any] = {}
     for status, entries in sorted(by_status.items()):
         headers: dict[str, Any] = {"X-Request-ID": {"$ref": "#/components/headers/X-Request-ID"}}

@@ -275,6 +275,50 @@ def test_api_extract_unreadable_body_is_400_not_500(client: FlaskClient) -> None
     assert "zz" not in response.get_json()["detail"]
 
 
+@pytest.mark.parametrize("body", [b'{"text": "abc"}', b'{"texts": ["a", "b"]}', b'{"text": "a'])
+def test_api_extract_body_shorter_than_its_content_length_is_400(
+    client: FlaskClient, body: bytes
+) -> None:
+    """gunicorn ends the body where the connection ends, without an error: 15 bytes of a declared
+    1000 were answered 200 as if whole (or, cut inside the JSON, as ``invalid_json``)."""
+    response = client.post(
+        "/v1/extract",
+        input_stream=io.BytesIO(body),
+        content_type="application/json",
+        # As gunicorn passes it: the length the client announced, the stream ending with the connection.
+        environ_overrides={"CONTENT_LENGTH": "1000", "wsgi.input_terminated": True},
+    )
+    assert_problem(response, 400, "bad_request")
+    assert response.get_json()["detail"] == (
+        f"The request body ended after {len(body)} of the 1000 bytes its Content-Length announced."
+    )
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate,chunked", "chunked, chunked"])
+def test_api_extract_a_transfer_coding_other_than_chunked_is_501(
+    client: FlaskClient, coding: str
+) -> None:
+    """gunicorn alone read a ``gzip, chunked`` body as plain chunked: an uncompressed body so
+    labelled was answered 200, a compressed one as invalid UTF-8. nginx answers 501; so does the app."""
+    response = client.post(
+        "/v1/extract",
+        input_stream=io.BytesIO(b'{"text": "abc"}'),
+        content_type="application/json",
+        headers={"Transfer-Encoding": coding},
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+    assert_problem(response, 501, "bad_request")
+    assert "transfer coding this server does not implement" in response.get_json()["detail"]
+    chunked = client.post(
+        "/v1/extract",
+        input_stream=io.BytesIO(b'{"text": "abc"}'),
+        content_type="application/json",
+        headers={"Transfer-Encoding": "Chunked"},
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+    assert chunked.status_code == 200
+
+
 def test_api_extract_body_over_limit_is_413(make_fake_app: Callable[..., Flask]) -> None:
     client = make_fake_app(max_body_bytes=2048, max_text_chars=4000).test_client()
     at_limit = b'{"text": "' + b"a" * (2048 - 12) + b'"}'
@@ -563,6 +607,11 @@ def test_api_bearer_token_guards_v1_only(make_fake_app: Callable[..., Flask]) ->
 
 
 # -- openapi ---------------------------------------------------------------------------------
+def _codes(response: dict[str, Any]) -> list[str]:
+    schema = response["content"]["application/problem+json"]["schema"]["allOf"][1]
+    return list(schema["properties"]["code"]["enum"])
+
+
 def test_api_openapi_reflects_limits_and_codes(client: FlaskClient) -> None:
     spec = client.get("/openapi.json").get_json()
     assert spec["openapi"].startswith("3.")
@@ -570,7 +619,11 @@ def test_api_openapi_reflects_limits_and_codes(client: FlaskClient) -> None:
     assert schemas["Text"]["maxLength"] == 300
     assert schemas["ExtractMany"]["properties"]["texts"]["maxItems"] == 8
     responses = spec["paths"]["/v1/extract"]["post"]["responses"]
-    assert set(responses) == {"200", "400", "413", "415", "422", "500", "503", "504"}
+    # bad_request comes with what nginx and gunicorn answer malformed HTTP with, too.
+    assert set(responses) == {"200", "400", "413", "415", "422", "500", "503", "504"} | {
+        "408", "411", "414", "417", "431", "501", "505"
+    }  # fmt: skip
+    assert _codes(responses["501"]) == ["bad_request"]
     assert "securitySchemes" not in spec["components"]
 
 
