@@ -121,7 +121,7 @@ bench: $(DEV_STAMP) $(ONNX_STAMP) $(OPENVINO_STAMP)  ## run the benchmarks (hour
 
 demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (about 55 min on 2 idle Intel Xeon cores; 30 to 57 on an AMD EPYC, by family: models/demo/README.md)
 	$(BIN)/spo make-corpus data/train.jsonl --n 96000 --seed 1 --force
-	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 8000 --lr 1e-3 --warmup 300 --dropout 0.1 --hidden-size 160 --max-minutes 58 --seed 1
+	$(BIN)/spo train data/train.jsonl --out models/demo --max-steps 8000 --lr 1e-3 --warmup 300 --dropout 0.1 --hidden-size 160 --serve-length 96 --max-minutes 58 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout --force
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
@@ -130,7 +130,7 @@ demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (abou
 
 ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (training 10 min on 2 idle AMD EPYC cores, 15 on an Intel Xeon; with the corpus and evaluations a few more)
 	$(BIN)/spo make-corpus data/train.jsonl --n 96000 --seed 1 --force
-	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 4000 --lr 1e-3 --warmup 300 --dropout 0 --max-minutes 58 --seed 1
+	$(BIN)/spo train data/train.jsonl --task entities --out models/ner --max-steps 4000 --lr 1e-3 --warmup 300 --dropout 0 --serve-length 96 --max-minutes 58 --seed 1
 	$(BIN)/spo make-corpus data/heldout.jsonl --n 1000 --seed 2 --split heldout --force
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/ner
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/ner

@@ -385,3 +385,34 @@ def test_bench_http_peers_counts_workers_killed_by_a_signal() -> None:
     )
     assert crashed_workers(log) == 2
     assert crashed_workers("INFO worker 9 ready: model loaded and warmed\n") == 0
+
+
+def test_bench_serve_length_joins_records_and_caps_a_copy(tmp_path: Path) -> None:
+    """The long texts join whole held-out records (their facts united, 90 to 200 characters); each
+    length is a copy whose model.json ends its buckets at it, the committed model untouched."""
+    import json
+
+    from bench.serve_length import MODELS, long_texts, served_at
+    from nlp.manifest import load_manifest
+
+    pool = tmp_path / "heldout.jsonl"
+    records = [
+        {
+            "text": f"第{i}句" + "字" * (20 + i),
+            "triples": [[f"第{i}句", "作者", "字"]],
+            "entities": [],
+        }
+        for i in range(12)
+    ]
+    pool.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    out = long_texts(pool, tmp_path / "long.jsonl", records=20, seed=1)
+    docs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(docs) == 20
+    for doc in docs:
+        assert 90 <= len(doc["text"]) <= 200
+        assert all(t[0] in doc["text"] for t in doc["triples"]) and len(doc["triples"]) >= 2
+    demo = MODELS["triples"]
+    for length in (64, 128):
+        manifest = load_manifest(served_at(demo, length, tmp_path))
+        assert manifest.max_length == length and manifest.length_buckets[-1] == length
+    assert load_manifest(demo).max_length == 96

@@ -447,7 +447,7 @@ def train(config: TrainConfig) -> Path:
         entity_types=labels,
         vocab_path=VOCAB_NAME,
         vocab_sha256=sha256_file(config.vocab_path),
-        max_length=config.max_length,
+        max_length=config.serve_length or config.max_length,
         threshold=config.threshold,
         link_rule=config.link_rule,
     )
@@ -492,6 +492,8 @@ def train(config: TrainConfig) -> Path:
                 "threshold": config.threshold,
                 **({"link_rule": config.link_rule} if task is Task.TRIPLES else {}),
                 "head_size": config.head_size,
+                "max_length": config.max_length,
+                "serve_length": config.serve_length or config.max_length,
                 "bert_config": bert_config,
             },
             ensure_ascii=False,

@@ -293,6 +293,15 @@ MAX_STEPS = 10_000_000
 )
 @_choice("--link-rule", choices=LINK_RULES, help=_LINK_RULE_HELP)
 @click.option(
+    "--serve-length",
+    type=click.IntRange(3, TrainConfig.max_length),
+    default=None,
+    help=f"max_length written to model.json, in tokens ([CLS] and [SEP] included): the longest "
+    f"input the server gives the model; longer texts are read in overlapping windows of it "
+    f"[default: the {TrainConfig.max_length} trained with]. A model reads best the positions its "
+    "corpus filled: pick it with spo evaluate on long texts.",
+)
+@click.option(
     "--seed", type=click.IntRange(0, 2**32 - 1), default=TrainConfig.seed, show_default=True
 )
 def train_command(
@@ -311,6 +320,7 @@ def train_command(
     hidden_size: int,
     threshold: float,
     link_rule: str,
+    serve_length: int | None,
     seed: int,
 ) -> None:
     """Train a GPLinker or NER model (random init, demo encoder) on TRAIN_PATH; export it to --out.
@@ -350,6 +360,7 @@ def train_command(
             task=task,
             threshold=threshold,
             link_rule=link_rule,
+            serve_length=serve_length,
             bert_config=bert_config,
         )
     except ValueError as exc:  # NaN and other values click's ranges let through

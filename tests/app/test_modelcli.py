@@ -322,6 +322,20 @@ def test_modelcli_train_ema_reaches_the_config_and_refuses_a_decay_of_one(tmp_pa
     assert bad.exit_code == 2 and "--ema" in bad.output and "0<=x<=0.9999" in bad.output, bad.output
 
 
+def test_modelcli_train_serve_length_reaches_the_config_within_the_trained_length(
+    tmp_path, monkeypatch
+):
+    seen, corpus = _captured_train(tmp_path, monkeypatch)
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
+                                   "--serve-length", "96"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert seen.pop("c").serve_length == 96
+    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m")])
+    assert ok.exit_code == 0 and seen["c"].serve_length is None, ok.output  # max_length's 128
+    bad = CliRunner().invoke(main, ["train", str(corpus), "--serve-length", "129"])
+    assert bad.exit_code == 2 and "--serve-length" in bad.output and "3<=x<=128" in bad.output
+
+
 def test_modelcli_link_rule_reaches_the_config_for_triples_only(tmp_path, monkeypatch):
     """--link-rule is a triples model's decoding rule: it reaches the config, shows its choices,
     and an NER model (or an NER schema on export) refuses one other than the default."""

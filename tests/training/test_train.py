@@ -276,11 +276,15 @@ def test_train_tiny_entities_run_writes_a_loadable_ner_model_dir(tmp_path: Path)
             warmup_steps=1,
             batch_size=8,
             max_length=64,
+            serve_length=48,  # served in windows of 48 tokens, trained on 64
             head_size=16,
             bert_config=dict(TINY_BERT_CONFIG),
         )
     )
     manifest = load_manifest(out)
+    assert manifest.max_length == 48 and manifest.length_buckets[-1] == 48
+    record = json.loads((out / "training.json").read_text())
+    assert (record["max_length"], record["serve_length"]) == (64, 48)
     assert manifest.task == "entities" and manifest.name == "ner"
     assert manifest.entity_types == ENTITY_TYPES and manifest.n_outputs == 1
     assert json.loads((out / "training.json").read_text())["task"] == "entities"
