@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, BinaryIO
 
 from tqdm import tqdm
@@ -116,6 +117,8 @@ class BatchOptions:
             out.append("at least one input is needed")
         if self.inputs.count("-") > 1:
             out.append("stdin (-) can be read only once")
+        if "" in self.inputs:
+            out.append("an input is an empty name: give a file, or - for stdin")
         out += _named_twice([i for i in self.inputs if i != "-"])
         k, n = self.shard
         if not 1 <= k <= n:
@@ -133,7 +136,9 @@ class BatchOptions:
             out.append("--record-timeout must be between 0 (none) and 86400 seconds")
         if self.resume and self.output == "-":
             out.append("--resume needs an output file (-o), not stdout")
-        if self.output != "-":
+        if not self.output:
+            out.append("-o is an empty name: give a file, or - for stdout")
+        elif self.output != "-":
             if self.output.lower().endswith(".gz"):
                 out.append("the output is plain JSON lines; compress it after the run")
             out += [
@@ -248,33 +253,62 @@ def _stream_problems(
     options: BatchOptions, stdin: BinaryIO | None, stdout: BinaryIO | None
 ) -> list[str]:
     """What the run's own streams rule out: stdin (``-``) named again as a path (``/dev/stdin``),
-    and stdout (``-o -``) redirected onto an input (``>> in.txt``: each record written would be read
-    back as input, and the file would grow until the disk is full)."""
+    stdout (``-o -``) redirected onto an input (``>> in.txt``, or ``- < in.txt >> in.txt``: each
+    record written would be read back as input, and the file would grow until the disk is full), and
+    an output file that stdin reads (``-o out.txt < out.txt``: claiming it would empty the input)."""
     out = []
     named = [i for i in options.inputs if i != "-"]
-    if "-" in options.inputs and stdin is not None:
+    stdin_file = _stream_file(stdin) if "-" in options.inputs else None
+    if stdin_file is not None:
         out += [
             f"the input {name} is stdin (-) again: stdin can be read only once"
             for name in named
-            if _is_stream_file(name, stdin)
+            if _same_file(stdin_file, name)
         ]
     if options.output == "-" and stdout is not None:
+        stdout_file = _stream_file(stdout)
         out += [
             f"stdout is the input {name}: its records would be read back as input; use -o FILE"
             for name in named
-            if _is_stream_file(name, stdout)
+            if stdout_file is not None and _same_file(stdout_file, name)
         ]
+        # Both regular files: a terminal is stdin and stdout of any interactive run, and no loop.
+        if (
+            stdin_file is not None
+            and stdout_file is not None
+            and S_ISREG(stdin_file.st_mode)
+            and _same(stdin_file, stdout_file)
+        ):
+            out.append(
+                "stdout is the file stdin (-) reads: its records would be read back as input; "
+                "use -o FILE"
+            )
+    elif options.output and stdin_file is not None and _same_file(stdin_file, options.output):
+        out.append(
+            f"the output {options.output} is the file stdin (-) reads: writing it would destroy the "
+            "input; choose another output"
+        )
     return out
 
 
-def _is_stream_file(name: str, stream: BinaryIO) -> bool:
-    """Whether the file named ``name`` is the one open as ``stream`` (by device and inode)."""
+def _stream_file(stream: BinaryIO | None) -> os.stat_result | None:
+    """What ``stream`` is open on (a file, a pipe, a terminal), or None (a test's BytesIO)."""
     try:
-        mine = os.fstat(stream.fileno())
-        there = os.stat(name)
-    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's BytesIO): not one
+        return os.fstat(stream.fileno()) if stream is not None else None
+    except (OSError, ValueError, AttributeError):  # no file descriptor
+        return None
+
+
+def _same_file(stat: os.stat_result, name: str) -> bool:
+    """Whether the file named ``name`` is the one of ``stat`` (by device and inode)."""
+    try:
+        return _same(stat, os.stat(name))
+    except (OSError, ValueError):
         return False
-    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _output(options: BatchOptions, run_print: dict[str, Any], stdout: BinaryIO | None) -> Output:

@@ -4,6 +4,7 @@ shards, output refusals, stdin/stdout. The real model runs in ``test_batch_model
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gzip
 import json
@@ -678,6 +679,44 @@ def test_batch_refuses_stdin_named_again_and_stdout_onto_an_input(tmp_path: Path
         with pytest.raises(BatchError, match=f"stdout is the input {path}"):
             run_batch(options, factory=FAKE, stdout=stdout)
     assert path.read_text(encoding="utf-8") == "张三在北京\n"
+
+
+def test_batch_refuses_stdin_from_the_output_and_stdout_onto_stdins_file(tmp_path: Path) -> None:
+    """``- -o out.txt < out.txt`` emptied its input and reported success; ``- < in.txt >> in.txt``
+    read its own records back, the file growing until the disk was full. A terminal is stdin and
+    stdout of every interactive run, and is no loop."""
+    path = tmp_path / "in.txt"
+    path.write_text("张三在北京\n", encoding="utf-8")
+    with path.open("rb") as stdin:
+        options = BatchOptions(inputs=("-",), output=str(path), model_dir=tmp_path, workers=0)
+        with pytest.raises(BatchError, match=f"the output {path} is the file stdin"):
+            run_batch(options, factory=FAKE, stdin=stdin)
+        forced = dataclasses.replace(options, force=True)
+        with pytest.raises(BatchError, match="writing it would destroy the input"):
+            run_batch(forced, factory=FAKE, stdin=stdin)
+    with path.open("rb") as stdin, path.open("ab") as stdout:
+        options = BatchOptions(inputs=("-",), output="-", model_dir=tmp_path, workers=0)
+        with pytest.raises(BatchError, match="stdout is the file stdin"):
+            run_batch(options, factory=FAKE, stdin=stdin, stdout=stdout)
+    assert path.read_text(encoding="utf-8") == "张三在北京\n"
+    read, write = os.pipe()  # not a regular file: no loop to refuse
+    with os.fdopen(read, "rb") as stdin, os.fdopen(write, "wb") as pipe_out:
+        pipe_out.write("张三在北京\n".encode())
+        pipe_out.close()
+        out = tmp_path / "out.jsonl"
+        options = BatchOptions(inputs=("-",), output=str(out), model_dir=tmp_path, workers=0)
+        assert run_batch(options, factory=FAKE, stdin=stdin).records == 1
+
+
+@pytest.mark.parametrize(
+    ("inputs", "output", "message"),
+    [(("",), "-", "an input is an empty name"), (("a.txt",), "", "-o is an empty name")],
+)
+def test_batch_an_empty_name_is_a_usage_error(
+    inputs: tuple[str, ...], output: str, message: str
+) -> None:
+    result = CliRunner().invoke(main, ["extract", *inputs, "-o", output, "--input-format", "txt"])
+    assert result.exit_code == 2 and message in result.output, result.output
 
 
 _CLI_WITH_FAKE = (
