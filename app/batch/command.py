@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import click
 from app.batch.output import OutputError, checkpoint_path
 from app.batch.records import InputError, is_same_file
 from app.batch.runner import BatchError, BatchOptions, run_batch
+from app.batch.textfile import textfile_problem
 from app.batch.workers import WorkerError
 from app.core.options import click_options
 from app.core.settings import model_directory
@@ -115,15 +115,9 @@ def extract(
                     "metrics would replace it",
                     param_hint="--metrics-file",
                 )
-        try:  # asked now, not after the run: a directory that cannot be written (or made)
-            metrics_file.parent.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".", dir=metrics_file.parent)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as exc:
-            raise click.BadParameter(
-                f"cannot write {metrics_file}: {exc.strerror or exc}", param_hint="--metrics-file"
-            ) from None
+        # Asked now, not after the run: a directory that cannot be written (or made), a device.
+        if problem := textfile_problem(metrics_file):
+            raise click.BadParameter(problem, param_hint="--metrics-file")
     options = BatchOptions(
         inputs=inputs,
         output=output,

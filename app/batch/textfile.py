@@ -6,6 +6,9 @@ half a file.
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,36 @@ GAUGES: dict[str, tuple[str, str]] = {
 }
 
 
+def textfile_problem(path: Path) -> str | None:
+    """Why the metrics could not be written to ``path`` at the end of a run (None: they can), asked
+    before it: a name (not a directory's ``.``), one the file system takes, not something other than
+    a regular file (a device or a FIFO would be replaced by the file), in a directory that can be
+    written (made if missing)."""
+    if path.name in ("", ".", ".."):
+        return f"{path} is not a file name"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return f"{path} is not a regular file (the metrics are a file that would replace it)"
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if len(os.fsencode(path.name)) > os.pathconf(path.parent, "PC_NAME_MAX"):
+            return f"cannot write {path}: its name is longer than the file system takes"
+        fd, probe = tempfile.mkstemp(prefix=".spo-metrics-", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
 def write_batch_textfile(path: str | Path, summary: Any) -> None:
-    """Write ``summary`` (a ``BatchSummary``) to ``path``, plus when the run ended."""
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+    """Write ``summary`` (a ``BatchSummary``) to ``path``, plus when the run ended: through a
+    temporary file in the same directory (the one ``textfile_problem`` probed for), renamed over it."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     registry = CollectorRegistry()
     for name, (doc, attribute) in GAUGES.items():
@@ -33,4 +63,13 @@ def write_batch_textfile(path: str | Path, summary: Any) -> None:
     Gauge(
         "spo_batch_last_run_timestamp_seconds", "When the run ended (Unix time).", registry=registry
     ).set(time.time())
-    write_to_textfile(str(path), registry)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".spo-metrics-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(generate_latest(registry))
+        os.chmod(tmp, 0o644)  # as a collector running as another user reads it
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import random
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,32 @@ def test_batch_cli_metrics_file_never_replaces_an_input_or_the_output(
     result = fake_cli.invoke(main, [*args, str(tmp_path / "new" / "spo.prom"), "--force"])
     assert result.exit_code == 0 and (tmp_path / "new" / "spo.prom").is_file()
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["spo.prom"]
+
+
+def test_batch_cli_metrics_file_refuses_what_it_would_replace_or_fail_on_after_the_run(
+    fake_cli: CliRunner, tmp_path: Path
+) -> None:
+    """A FIFO or a device (as root: /dev/null itself) was replaced by a regular file; a name the
+    file system takes but its temporary name (".pid.thread" added) not, or an empty one, failed
+    only after the whole run."""
+    (tmp_path / "a.txt").write_text("x\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    args = ["extract", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o.jsonl"), "--metrics-file"]
+    for target, message in (
+        (str(fifo), "fifo is not a regular file"),
+        ("/dev/null", "/dev/null is not a regular file"),
+        ("", "is not a file name"),
+        (str(tmp_path / ("m" * 300)), "cannot write"),
+    ):
+        result = fake_cli.invoke(main, [*args, target])
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and not (tmp_path / "o.jsonl").exists()
+    longest = tmp_path / ("m" * 250 + ".prom")  # 255 bytes: the file system takes it
+    assert fake_cli.invoke(main, [*args, str(longest)]).exit_code == 0
+    assert "spo_batch_records 1" in longest.read_text()
+    assert oct(longest.stat().st_mode & 0o777) == "0o644"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".spo-metrics-")]
 
 
 def test_batch_cli_interrupted_says_how_to_resume(
