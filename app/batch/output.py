@@ -244,13 +244,19 @@ class FileOutput(Output):
                 f"{self.path} exists and has no checkpoint ({self.sidecar.name}): it is complete "
                 "or was not written by spo extract; nothing to resume (use --force to overwrite it)"
             )
-        elif (existed or has_sidecar) and not self.force:
+        elif existed and not self.force:
             hint = (
                 "an interrupted run: add --resume to continue it, or --force to start over"
                 if has_sidecar
                 else "add --force to overwrite it"
             )
             raise OutputError(f"{self.path} already exists ({hint})")
+        elif has_sidecar and not self.force:
+            # The output was removed (or moved) after an interrupted run; its checkpoint stayed.
+            raise OutputError(
+                f"{self.path} is missing but its checkpoint {self.sidecar.name} is there (an "
+                "interrupted run whose output was removed): add --force to start over"
+            )
 
     def _check_resumable(self, saved: Checkpoint, *, existed: bool) -> None:
         changes = diff_fingerprints(saved.fingerprint, self.checkpoint.fingerprint)

@@ -3,6 +3,7 @@ byte-identical to an uninterrupted run (no duplicate, no gap) and the checkpoint
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -138,6 +139,24 @@ def test_batch_resume_refuses_an_edited_output(job: dict[str, Any]) -> None:
     out.write_bytes(out.read_bytes()[:100])
     with pytest.raises(OutputError, match="shorter"):
         resume(job)
+
+
+def test_batch_an_output_removed_after_a_kill_is_named_missing_not_existing(
+    job: dict[str, Any],
+) -> None:
+    """Only the checkpoint left: the run said the output "already exists" and to add --resume,
+    which then said it was missing. Now it says so, and --force starts over."""
+    crash({"options": job["options"], "factory": {"kill_on_call": 20}})
+    out: Path = job["out"]
+    out.unlink()
+    options = BatchOptions(**{**job["options"], "inputs": tuple(job["options"]["inputs"])})
+    with pytest.raises(OutputError, match="is missing but its checkpoint") as refused:
+        run_batch(options, factory=FakeFactory())
+    assert "--force to start over" in str(refused.value) and "--resume" not in str(refused.value)
+    with pytest.raises(OutputError, match="is missing"):
+        resume(job)
+    run_batch(dataclasses.replace(options, force=True), factory=FakeFactory())
+    assert out.read_bytes() == job["ref"]
 
 
 def test_batch_resume_with_nothing_written_starts_fresh(job: dict[str, Any]) -> None:
