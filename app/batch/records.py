@@ -97,21 +97,38 @@ class Record:
 
 
 def open_binary(source: Source, stdin: BinaryIO | None = None) -> BinaryIO:
-    """A binary stream of ``source``'s bytes, gunzipped when they start with the gzip magic."""
+    """A binary stream of ``source``'s bytes, gunzipped when they start with the gzip magic; a UTF-16
+    or UTF-32 text (its byte order mark) is an ``InputError`` naming it, not every line an error."""
     if source.is_stdin:
-        return _unzipped(stdin if stdin is not None else sys.stdin.buffer)
+        return _utf8(source, _unzipped(stdin if stdin is not None else sys.stdin.buffer))
     try:
         raw = open(source.name, "rb")  # noqa: SIM115 - the caller closes it
     except OSError as exc:
         raise InputError(f"{source.name}: {exc.strerror or exc}") from exc
     if source.is_stream:
-        return _unzipped(raw, owned=True)
+        return _utf8(source, _unzipped(raw, owned=True))
     head = raw.read(2)
     raw.seek(0)
     if head == GZIP_MAGIC:
         raw.close()
-        return gzip.open(source.name, "rb")  # type: ignore[return-value]
-    return raw
+        return _utf8(source, gzip.open(source.name, "rb"))  # type: ignore[arg-type]
+    return _utf8(source, raw)
+
+
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+
+
+def _utf8(source: Source, stream: BinaryIO) -> BinaryIO:
+    """``stream``, unless its first bytes are a UTF-16 or UTF-32 byte order mark (``iconv`` and
+    Windows' "Unicode" save such files): then closed, and an ``InputError`` saying what to do."""
+    head = stream.peek(4)[:4]  # type: ignore[attr-defined]
+    if head.startswith(_WIDE_BOMS):
+        stream.close()
+        raise InputError(
+            f"{'stdin (-)' if source.is_stdin else source.name} is UTF-16 or UTF-32 (its byte order mark says so), not UTF-8: convert "
+            "it first, e.g. iconv -f UTF-16 -t UTF-8"
+        )
+    return stream
 
 
 def _unzipped(stream: Any, *, owned: bool = False) -> BinaryIO:
@@ -155,6 +172,8 @@ def iter_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
         if first:
             line = line.removeprefix(_BOM)
             first = False
+            if not line:  # a BOM and nothing else: no line at all
+                return
         if len(line) > limit and not line.endswith(b"\n"):
             while True:
                 rest = stream.readline(1 << 20)
@@ -168,11 +187,12 @@ def iter_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
 def count_lines(source: Source) -> int:
     """Records in a file input (a final line without a newline counts); read once, in blocks."""
     with open_binary(source) as stream:
-        count, last = 0, b"\n"
+        count, last, head = 0, b"\n", b""
         for block in iter(lambda: stream.read(1 << 20), b""):
+            head = head or block
             count += block.count(b"\n")
             last = block[-1:]
-        return count + (last != b"\n")
+        return 0 if head == _BOM else count + (last != b"\n")  # a BOM alone: no line (iter_lines)
 
 
 def fingerprint(source: Source) -> dict[str, Any]:

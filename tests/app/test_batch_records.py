@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.batch.records import (
+    InputError,
     Source,
     count_lines,
     fingerprint,
@@ -182,3 +183,37 @@ def test_records_a_bom_does_not_count_against_the_first_lines_limit() -> None:
     crlf = "字".encode() * 10 + b"\r\n"  # 10 characters, at line_limit("txt", 10)
     lines = list(iter_lines(io.BytesIO(bom + crlf + b"b\n"), limit=line_limit("txt", 10)))
     assert lines == [crlf, b"b\n"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_records_a_utf16_or_utf32_input_is_named_not_read_line_by_line(
+    tmp_path: Path, encoding: str, packed: bool
+) -> None:
+    """``iconv -t utf-16`` output gave an error record per line (and one more for the NUL after the
+    last newline), none of them saying UTF-16."""
+    data = "\ufeff李白出生于碎叶城。\n杜甫是诗人。\n".encode(encoding)
+    if encoding == "utf-16-be":
+        assert data.startswith(b"\xfe\xff")
+    path = tmp_path / ("in.txt.gz" if packed else "in.txt")
+    path.write_bytes(gzip.compress(data) if packed else data)
+    with pytest.raises(InputError, match=f"{path} is UTF-16 or UTF-32 .* iconv -f UTF-16"):
+        open_binary(source_for(str(path)))
+    with pytest.raises(InputError, match=r"stdin \(-\) is UTF-16 or UTF-32"):
+        open_binary(Source("-", "txt"), io.BytesIO(data))
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes("\ufeff李白\n".encode())  # a UTF-8 byte order mark is fine
+    with open_binary(source_for(str(plain))) as stream:
+        assert list(iter_lines(stream, 100)) == ["李白\n".encode()]
+
+
+def test_records_a_byte_order_mark_alone_is_no_line(tmp_path: Path) -> None:
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf")
+    with open_binary(source_for(str(path))) as stream:
+        assert list(iter_lines(stream, 100)) == []
+    assert count_lines(source_for(str(path))) == 0
+    path.write_bytes(b"\xef\xbb\xbf\n")  # an empty line after it is a line, as without one
+    assert count_lines(source_for(str(path))) == 1
+    with open_binary(source_for(str(path))) as stream:
+        assert list(iter_lines(stream, 100)) == [b"\n"]
