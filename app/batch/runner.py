@@ -125,6 +125,16 @@ class BatchOptions:
             out.append(f"--shard must be K/N with 1 <= K <= N, got {k}/{n}")
         if self.workers < 0:
             out.append("--workers must be 0 (in this process) or more")
+        elif self.workers == 0:  # nothing to replace: the limits would silently not apply
+            out += [
+                f"{flag} replaces worker processes: it needs --workers 1 or more (--workers 0 "
+                "runs the model in this process)"
+                for flag, value in (
+                    ("--recycle-after", self.recycle_after),
+                    ("--max-worker-rss", self.max_rss_mb),
+                )
+                if value
+            ]
         if self.window < 1 or self.chunk_size < 1:
             out.append("--window and the chunk size must be positive")
         if not self.text_field or not self.id_field:

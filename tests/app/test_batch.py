@@ -300,6 +300,9 @@ def test_batch_cli_strict_exits_non_zero_on_error_records(fake_cli: CliRunner) -
         (["--shard", "x"], "K/N"),
         (["--resume"], "needs an output file"),
         (["-", "-"], "only once"),
+        # No worker process to replace: the limits were silently ignored.
+        (["--workers", "0", "--recycle-after", "1"], "--recycle-after replaces worker processes"),
+        (["--workers", "0", "--max-worker-rss", "1"], "--max-worker-rss replaces worker processes"),
     ],
 )
 def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], message: str) -> None:
