@@ -272,7 +272,8 @@ class Option:
     """One option. ``env``: ``SPO_<NAME>`` sets it (a ``Settings`` field); ``flags``: its spellings on
     the ``commands`` that take it as a flag; ``old``: per command, older spellings that still work
     (hidden from ``--help``); ``choices``: the values it may take (checked, and listed by ``--help``);
-    ``doc_default``: how a default computed at run time is written; ``flag``: an on/off switch."""
+    ``doc_default``: how a default computed at run time is written; ``flag``: an on/off switch;
+    ``verbatim``: a flag's value is taken as given, its spaces kept (a JSON field name)."""
 
     name: str
     default: Any
@@ -287,6 +288,7 @@ class Option:
     metavar: str | None = None
     doc_default: str | None = None
     flag: bool = False
+    verbatim: bool = False
 
     @property
     def var(self) -> str:
@@ -448,9 +450,9 @@ _TABLE = (
            commands=frozenset({"spark-extract"}), old={"spark-extract": ("--format",)},
            choices=("jsonl", "parquet")),
     Option("text_field", "text", "JSONL field holding the text.", env=False,
-           flags=("--text-field",), commands=_BOTH),
+           flags=("--text-field",), commands=_BOTH, verbatim=True),
     Option("id_field", "id", "JSONL field holding the id.", env=False, flags=("--id-field",),
-           commands=_BOTH),
+           commands=_BOTH, verbatim=True),
     Option("force", False, "Overwrite an existing output.", env=False, flags=("--force",),
            commands=_BOTH, flag=True),
     Option("quiet", False, "No progress bar and no summary line.", env=False,
@@ -499,7 +501,7 @@ class OptionType(click.ParamType[Any]):
         if not value.strip():  # `--workers=`: blank is "unset" in the environment, not on a flag
             self.fail("expected a value, got nothing", param, ctx)
         try:
-            parsed = self.option.parse(value.strip())
+            parsed = self.option.parse(value if self.option.verbatim else value.strip())
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         problems = self.option.problems(parsed)

@@ -310,6 +310,21 @@ def test_batch_cli_rejects_bad_options(fake_cli: CliRunner, args: list[str], mes
     assert result.exit_code == 2 and message in result.stderr
 
 
+def test_batch_cli_field_names_keep_their_spaces(fake_cli: CliRunner) -> None:
+    """``--text-field ' body'`` was stripped to ``body``: every record "missing field 'body'"."""
+    args = ["extract", "-", "--workers", "0", "--input-format", "jsonl"]
+    result = fake_cli.invoke(
+        main,
+        [*args, "--text-field", " body", "--id-field", "k "],
+        input='{" body": "x", "k ": 7}\n',
+    )
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert '"id":7' in line and "error" not in line
+    blank = fake_cli.invoke(main, [*args, "--text-field", "  "], input="{}\n")
+    assert blank.exit_code == 2 and "expected a value, got nothing" in blank.stderr
+
+
 def test_batch_cli_metrics_file_never_replaces_an_input_or_the_output(
     fake_cli: CliRunner, tmp_path: Path
 ) -> None:
