@@ -87,11 +87,17 @@ class Checkpoint:
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + TMP_SUFFIX)
-        with tmp.open("w", encoding="utf-8") as fh:
-            json.dump(asdict(self), fh, ensure_ascii=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with tmp.open("w", encoding="utf-8") as fh:
+                json.dump(asdict(self), fh, ensure_ascii=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except (
+            BaseException
+        ):  # a full disk, an interrupt: the saved checkpoint stays, no stray file
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(path.parent)
 
     @classmethod

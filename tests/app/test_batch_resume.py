@@ -333,3 +333,26 @@ def test_batch_refuses_a_dangling_symlink_as_output(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match=r"symbolic link to .*does not exist"):
         run_batch(options, factory=_no_model)
     assert link.is_symlink()
+
+
+def test_batch_a_checkpoint_that_cannot_be_saved_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the checkpoint was written left an empty ``.tmp`` beside the output."""
+    import errno
+
+    from app.batch.output import TMP_SUFFIX, Checkpoint
+
+    sidecar = tmp_path / "out.jsonl.checkpoint.json"
+    Checkpoint({"inputs": []}, done=3, bytes=90).save(sidecar)
+    before = sidecar.read_bytes()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        Checkpoint({"inputs": []}, done=5, bytes=150).save(sidecar)
+    assert sidecar.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [sidecar.name]
+    assert not (tmp_path / (sidecar.name + TMP_SUFFIX)).exists()
