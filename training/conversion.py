@@ -32,9 +32,12 @@ def check_conversion(
     force: bool,
     action: str,
     error: type[Exception],
+    inputs: Sequence[str | Path] = (),
 ) -> Manifest:
     """The manifest of ``model_dir``, an fp32 SavedModel directory that may be converted into
     ``out_dir``; else ``error`` saying why and what to ``action`` instead ("quantize", "export").
+    ``out_dir`` never holds ``model_dir`` or one of the other ``inputs`` (a calibration file): the
+    new directory would replace it, the source model with it.
 
     >>> check_conversion("no/such/dir", "out", force=False, action="export", error=ValueError)
     Traceback (most recent call last):
@@ -64,7 +67,7 @@ def check_conversion(
         )
     if out.resolve() == source.resolve():
         raise error(f"{out} is the model directory itself: choose another output directory")
-    reason = replaceable(out, force=force)
+    reason = replaceable(out, force=force, inputs=(source, *inputs))
     if reason is not None:
         raise error(reason)
     return manifest

@@ -14,7 +14,7 @@ import contextlib
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,9 @@ def export_model_dir(
 
 
 @contextlib.contextmanager
-def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
+def staged_model_dir(
+    out: Path, *, force: bool, inputs: Sequence[str | Path] = ()
+) -> Iterator[Path]:
     """Where to write the model directory ``out``: a path (not made yet) in a temporary sibling,
     renamed to ``out`` (replacing it) when the block ends without error and removed either way, so
     a failed export never leaves a half-written model directory. The model it replaces is moved
@@ -110,17 +112,17 @@ def staged_model_dir(out: Path, *, force: bool) -> Iterator[Path]:
     deleted first, so a kill or an error in between lost both. What ``out`` may be is
     ``training.conversion.replaceable``'s rule (``FileExistsError`` otherwise), checked before the
     work and again before the move: a directory another run made at ``out`` meanwhile is never
-    replaced without ``force``, nor one of other files at all."""
+    replaced without ``force``, nor one of other files at all, nor one holding one of ``inputs``."""
     from training.conversion import replaceable
 
-    reason = replaceable(out, force=force)
+    reason = replaceable(out, force=force, inputs=inputs)
     if reason is not None:
         raise FileExistsError(reason)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield staging / "model"
-        reason = replaceable(out, force=force)
+        reason = replaceable(out, force=force, inputs=inputs)
         if reason is not None:
             raise FileExistsError(reason)
         replaced = staging / "replaced"

@@ -242,7 +242,7 @@ def export_onnx(
     graph_def, inputs, outputs = frozen_graph(source)
     model = convert_graph(graph_def, inputs, outputs, opset)
     document = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
-    with staged_model_dir(out, force=force) as staging:
+    with staged_model_dir(out, force=force, inputs=(source,)) as staging:
         staging.mkdir()
         onnx_path = staging / ONNX_FILE
         quantization = None

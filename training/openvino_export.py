@@ -224,8 +224,9 @@ def export_openvino(
     if precision == "fp32" and calibration is not None:
         raise OpenVinoExportError("--calibration is for --precision int8 only")
     source, out = Path(model_dir), Path(out)
+    given = (calibration,) if calibration is not None and Path(calibration).is_file() else ()
     manifest = check_conversion(
-        source, out, force=force, action="export", error=OpenVinoExportError
+        source, out, force=force, action="export", error=OpenVinoExportError, inputs=given
     )
     _require_tools()
     texts: tuple[str, ...] = ()
@@ -260,7 +261,7 @@ def export_openvino(
             f"{source}: OpenVINO cannot compile the {precision} model: {first}"
         ) from exc
     document = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
-    with staged_model_dir(out, force=force) as staging:
+    with staged_model_dir(out, force=force, inputs=(source, *given)) as staging:
         staging.mkdir()
         ov.save_model(model, str(staging / XML_FILE), compress_to_fp16=False)
         vocab = resolve_vocab(source, document["vocab"]["path"], document["vocab"]["sha256"])

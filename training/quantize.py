@@ -72,6 +72,7 @@ class Calibration:
     texts: tuple[str, ...]
     source: str
     sha256: str
+    path: Path | None = None  # the file read (an input the output must not replace)
 
     def record(self) -> dict[str, Any]:
         return {"source": self.source, "texts": len(self.texts), "sha256": self.sha256}
@@ -121,7 +122,7 @@ def read_calibration(path: str | Path, *, max_texts: int = MAX_CALIBRATION_TEXTS
     if len(texts) > max_texts:
         source = f"{path.name} (first {max_texts} of {len(texts)} texts)"
         texts = texts[:max_texts]
-    return Calibration(tuple(texts), source, hashlib.sha256(raw).hexdigest())
+    return Calibration(tuple(texts), source, hashlib.sha256(raw).hexdigest(), path)
 
 
 def _json_object(line: str) -> dict[str, Any] | None:
@@ -450,8 +451,9 @@ def quantize(
     force: bool = False,
 ) -> Path:
     """Write the int8 model of fp32 ``model_dir`` to ``out_dir`` (see the module docstring)."""
+    given = () if calibration is None or calibration.path is None else (calibration.path,)
     parent = check_conversion(
-        model_dir, out_dir, force=force, action="quantize", error=QuantizeError
+        model_dir, out_dir, force=force, action="quantize", error=QuantizeError, inputs=given
     )
     out = Path(out_dir)
     version = tool_version()
@@ -481,7 +483,7 @@ def quantize(
 
     # Staged beside ``out`` and renamed over it: a failure or a kill never leaves a half-written
     # directory, nor loses the one it replaces.
-    with staged_model_dir(out, force=force) as saved:
+    with staged_model_dir(out, force=force, inputs=(model_dir, *given)) as saved:
         _save(quantized, inputs, outputs, saved)
         shutil.copyfile(parent.vocab_path, saved / "vocab.txt")
         document = json.loads((parent.directory / MANIFEST_NAME).read_text(encoding="utf-8"))

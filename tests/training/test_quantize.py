@@ -131,6 +131,30 @@ def test_quantize_command_refuses_bad_inputs_clearly(
     assert not (tmp_path / "OUT").exists()
 
 
+@pytest.mark.parametrize("holds", ["source", "calibration"])
+def test_quantize_never_replaces_a_directory_holding_its_source_or_calibration(
+    tmp_path: Path, triples_model_dir: Path, holds: str
+) -> None:
+    """``spo quantize outer/inner outer --force`` wrote the int8 model over ``outer``, deleting the
+    fp32 source inside it (and a calibration file there went the same way)."""
+    import shutil
+
+    outer = tmp_path / "outer"
+    shutil.copytree(triples_model_dir, outer)
+    source = outer / "inner" if holds == "source" else tmp_path / "src"
+    shutil.copytree(triples_model_dir, source)
+    calibration = (outer if holds == "calibration" else tmp_path) / "cal.txt"
+    calibration.write_text("李白出生于碎叶城。\n", encoding="utf-8")
+    args = ["quantize", str(source), str(outer), "--force", "--calibration", str(calibration)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    inside = source if holds == "source" else calibration
+    assert (
+        f"{inside} is inside {outer}, which would be replaced: move it out first" in result.output
+    )
+    assert (source / "model.json").is_file() and calibration.is_file()
+
+
 def _damaged(source: Path, tmp_path: Path, damage: str) -> Path:
     import shutil
 
