@@ -273,7 +273,9 @@ class Option:
     the ``commands`` that take it as a flag; ``old``: per command, older spellings that still work
     (hidden from ``--help``); ``choices``: the values it may take (checked, and listed by ``--help``);
     ``doc_default``: how a default computed at run time is written; ``flag``: an on/off switch;
-    ``verbatim``: a flag's value is taken as given, its spaces kept (a JSON field name)."""
+    ``verbatim``: a flag's value is taken as given, its spaces kept (a JSON field name); ``guard``:
+    it turns a protection on, so its variable set but blank is refused, not read as unset (a
+    Kubernetes secret that came out empty must not turn authentication off)."""
 
     name: str
     default: Any
@@ -289,6 +291,7 @@ class Option:
     doc_default: str | None = None
     flag: bool = False
     verbatim: bool = False
+    guard: bool = False
 
     @property
     def var(self) -> str:
@@ -381,11 +384,12 @@ _TABLE = (
     # -- access ---------------------------------------------------------------------------------------
     Option("auth_tokens", (), "comma-separated bearer tokens (16+ characters) guarding /v1/*; "
            "health, metrics (its own token) and, unless SPO_PAGES=auth, the pages stay open",
-           _tokens, matches(TOKEN, "token #{n} must be " + TOKEN_RULE)),
+           _tokens, matches(TOKEN, "token #{n} must be " + TOKEN_RULE), guard=True),
     Option("auth_tokens_file", None, "instead of SPO_AUTH_TOKENS: a file of tokens, one a line (blank "
            "lines and # comments ignored), e.g. a mounted secret; read at start and again on each reload "
            "(spo reload, SIGHUP), whose new workers serve what it says then; unreadable, empty or a bad line: "
-           "refused at start, and a reload is refused, the old workers serving on (docs/security.md)", _file),
+           "refused at start, and a reload is refused, the old workers serving on (docs/security.md)", _file,
+           guard=True),
     Option("pages", "open", "the demo page /, Swagger UI /docs and /openapi.json: open; auth (needs "
            "API tokens: then every path but /healthz, /readyz and /metrics needs one); off (404, with the page's assets). "
            "Exposed services: auth or off", **_choices(PAGES)),
@@ -395,7 +399,8 @@ _TABLE = (
     Option("tls_key", None, "with spo serve --nginx: the PEM private key of SPO_TLS_CERT", _file,
            _existing_file),
     Option("metrics_token", None, "bearer token (16+ characters) guarding GET /metrics; unset: open. "
-           "Independent of SPO_AUTH_TOKENS", check=matches(TOKEN, "must be " + TOKEN_RULE)),
+           "Independent of SPO_AUTH_TOKENS", check=matches(TOKEN, "must be " + TOKEN_RULE),
+           guard=True),
     Option("cors_origins", (), "comma-separated origins (https://host[:port], or *) whose pages may "
            "call the API; unset: no CORS headers", _tokens,
            matches(re.compile(rf"^\*$|{_ORIGIN.pattern}"),

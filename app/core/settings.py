@@ -432,14 +432,19 @@ class Settings:
 
 
 def parse_env(env: Mapping[str, str], names: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
-    """The values of the settings ``names`` that ``env`` sets (blank is unset), and the problems of
-    those that do not parse, each as ``VARIABLE: what is wrong``."""
+    """The values of the settings ``names`` that ``env`` sets (blank is unset, but for a guard: a
+    token), and the problems of those that do not parse, each as ``VARIABLE: what is wrong``."""
     values: dict[str, Any] = {}
     problems: list[str] = []
     for name in names:
         option = SETTINGS[name]
         raw = env.get(option.var, "").strip()
         if not raw:
+            if option.guard and option.var in env:
+                problems.append(
+                    f"{option.var}: set but empty (an empty secret?); unset it to turn this "
+                    "protection off"
+                )
             continue
         try:
             values[name] = option.parse(raw)

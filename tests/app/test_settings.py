@@ -125,7 +125,19 @@ def test_settings_a_list_that_names_nothing_is_refused(model_dir: Path, var: str
     rather than read as no tokens, which would serve the API without authentication."""
     with pytest.raises(SettingsError, match=f"{var}: expected comma-separated values, got ','"):
         Settings.from_env({"SPO_MODEL_DIR": str(model_dir), var: " , "})
-    assert not Settings.from_env({"SPO_MODEL_DIR": str(model_dir), var: "  "}).auth_enabled
+
+
+@pytest.mark.parametrize("var", ["SPO_AUTH_TOKENS", "SPO_AUTH_TOKENS_FILE", "SPO_METRICS_TOKEN"])
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_settings_a_protection_set_to_nothing_is_refused_not_turned_off(
+    model_dir: Path, var: str, blank: str
+) -> None:
+    """Blank was unset for every variable: a secretKeyRef to an empty secret served /v1/* (or
+    /metrics) without authentication, and said nothing. Any other blank setting is still unset."""
+    with pytest.raises(SettingsError, match=f"{var}: set but empty"):
+        Settings.from_env({"SPO_MODEL_DIR": str(model_dir), var: blank})
+    settings = Settings.from_env({"SPO_MODEL_DIR": str(model_dir), "SPO_CORS_ORIGINS": blank})
+    assert not settings.auth_enabled and settings.cors_origins == ()
 
 
 def test_settings_model_dir_needs_model_json(tmp_path: Path) -> None:
