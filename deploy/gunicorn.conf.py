@@ -18,8 +18,10 @@ again here); each worker builds its app from its generation's value (``app.servi
   retires a worker gracefully once it passes ``SPO_MAX_WORKER_RSS_MB``; both are logged and counted
   (``spo_worker_recycles_total``).
 - Metrics (``app.web.metrics``): the master gives ``prometheus_client`` a fresh, empty multiprocess
-  directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied; else a new temporary
-  one, removed when the process that made it exits, a ``--check-config`` run included);
+  directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied in ``when_ready``:
+  once this master holds its pid file and sockets, so a ``--check-config`` run or a second start that
+  is refused never empties a running server's; else a new temporary one, removed when the process
+  that made it exits, a ``--check-config`` run included);
   ``child_exit`` marks each dead worker so its per-worker gauges go, and folds its counters into
   one merged file per type (``app.web.metrics.fold_dead_workers``), so the directory does not grow
   with every recycled worker.
@@ -33,6 +35,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -46,9 +49,13 @@ settings = handed_settings()
 sizing = settings.sizing()
 
 _given_metrics_dir = os.environ.get(MULTIPROC_ENV)
-metrics_dir = prepare_multiprocess_dir(
-    _given_metrics_dir or tempfile.mkdtemp(prefix="spo-metrics-")
-)
+# A given directory may be a running server's (an operator's --check-config, a second start that will
+# be refused): emptied only once this master is sure to run (when_ready).
+if _given_metrics_dir:
+    metrics_dir = Path(_given_metrics_dir)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+else:
+    metrics_dir = prepare_multiprocess_dir(tempfile.mkdtemp(prefix="spo-metrics-"))
 os.environ[MULTIPROC_ENV] = str(metrics_dir)
 _loaded_by = os.getpid()
 
@@ -93,6 +100,14 @@ _MIB = 1 << 20
 
 def _rss_mib() -> float:
     return float(psutil.Process().memory_info().rss) / _MIB
+
+
+def when_ready(server: Any) -> None:
+    """The master holds its pid file and its sockets (a second master was refused before this): a
+    given metrics directory is emptied of an earlier run's files, before any worker forks. Not by a
+    master that USR2 started beside a running one (``master_pid``): the old one's workers count on."""
+    if _given_metrics_dir and not server.master_pid:
+        prepare_multiprocess_dir(metrics_dir)
 
 
 def on_starting(server: Any) -> None:

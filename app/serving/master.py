@@ -169,7 +169,24 @@ def worker_app() -> Any:
 
     # `--check-config` builds the app only to validate it and exits at once: a model load started
     # then would be cut off inside TensorFlow at interpreter exit (seen as SIGABRT under load).
+    if CHECK_ONLY:
+        _throwaway_metrics_dir()
     return create_app(handed_settings(), load_models=not CHECK_ONLY)
+
+
+def _throwaway_metrics_dir() -> None:
+    """A ``--check-config`` app's metrics go to a directory of its own, removed at its exit: under a
+    given ``PROMETHEUS_MULTIPROC_DIR`` (a running server's, in a pod) its files would add series of a
+    process that never serves (``spo_worker_rss_bytes`` of its pid, forever)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from app.web.metrics import MULTIPROC_ENV
+
+    own = tempfile.mkdtemp(prefix="spo-metrics-check-")
+    os.environ[MULTIPROC_ENV] = own
+    atexit.register(shutil.rmtree, own, ignore_errors=True)
 
 
 def resolve_models(settings: Settings) -> tuple[Settings, list[Manifest]]:

@@ -168,3 +168,52 @@ def test_live_metrics_add_up_across_workers_and_op_count_stays(server: Server) -
     info = after["spo_model_info"]
     assert [(labels["model"], value) for labels, value in info] == [("tiny-triples", 1.0)]
     assert all(v > 0 for _, v in after["spo_worker_rss_bytes"])
+
+
+def test_live_metrics_a_check_or_a_refused_start_leaves_a_running_servers_metrics(
+    triples_model_dir: Path, tmp_path: Path
+) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR given (the pod's emptyDir), ``spo serve --check-config`` in the
+    pod, or a second ``spo serve`` that is refused, emptied the directory of the running workers'
+    files: their counts vanished from /metrics, and the check left a gauge of its own pid."""
+    import subprocess
+    import sys
+
+    metrics_dir = tmp_path / "metrics"
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SPO_", "PROMETHEUS_"))},
+        "SPO_MODEL_DIR": str(triples_model_dir),
+        "SPO_WORKERS": "1",
+        "SPO_METRICS_TOKEN": METRICS_TOKEN,
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "TMPDIR": str(tmp_path),
+    }
+    log = tmp_path / "gunicorn.log"
+    process = start_serve(port, env, log)
+    spo = str(Path(sys.executable).with_name("spo"))
+    try:
+        wait_ready(port, process, log, 120)
+        for _ in range(5):
+            assert post_json(port, {"text": "李白出生于碎叶城。"}).status == 200
+        sent = total(scrape(port), "spo_http_requests_total", endpoint="/v1/extract")
+        assert sent == 5
+        files = sorted(p.name for p in metrics_dir.glob("*.db"))
+        check = subprocess.run(
+            [spo, "serve", "--bind", f"127.0.0.1:{port}", "--check-config"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stderr[-2000:]
+        second = subprocess.run(
+            [spo, "serve", "--bind", f"127.0.0.1:{port}"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode != 0
+        assert sorted(p.name for p in metrics_dir.glob("*.db")) == files
+        assert post_json(port, {"text": "李白出生于碎叶城。"}).status == 200
+        after = scrape(port)
+        assert total(after, "spo_http_requests_total", endpoint="/v1/extract") == sent + 1
+        pids = {labels["pid"] for labels, _ in after["spo_worker_rss_bytes"]}
+        assert len(pids) == 1 and all(Path("/proc", pid).exists() for pid in pids), pids
+    finally:
+        stop(process)
