@@ -17,7 +17,7 @@ means. The master never imports TensorFlow; it validates ``model.json`` and the 
   not ready within ``SPO_TIMEOUT``, the new generation is retired and the old one keeps serving the old
   version. Either way it is logged. A new worker that exits once its model was ready (recycled, or a
   crash under a request) proved the model loads: one more new worker takes its place, and the reload
-  goes on.
+  goes on. An old worker that exits meanwhile is replaced by one of the old generation.
   A HUP during a reload is kept, not dropped: once the reload in progress ends (done or failed), one
   more follows with what the directory and the tokens file say then (the last HUP wins: a link moved
   twice, a token revoked twice in a row, never leaves the server on the state in between).
@@ -393,6 +393,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             self.reload_again = False
             self.reload()
         if self.pending is not None:
+            self._keep_old_serving(self.pending)
             return
         serving = sorted(
             (w.age, pid) for pid, w in self.WORKERS.items() if pid not in self.retiring
@@ -401,6 +402,26 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
             self.spawn_worker()
         for _, pid in serving[: max(0, len(serving) - self.num_workers)]:
             self._retire({pid})
+
+    def _keep_old_serving(self, pending: PendingReload) -> None:
+        """An old worker that exits while the new ones load (recycled, a crash) is replaced by one
+        of the old generation: until the new ones are ready the old serve alone, and with none left
+        every request would wait for the reload."""
+        serving = pending.old & set(self.WORKERS) - self.retiring
+        missing = self.num_workers - len(serving)
+        if missing <= 0:
+            return
+        current, self.settings = self.settings, pending.previous
+        try:
+            started = {self.spawn_worker() for _ in range(missing)}
+        finally:
+            self.settings = current
+        pending.old |= started
+        self.log.warning(
+            "reload: %d old worker(s) exited while the new ones load; started as many of the old "
+            "generation in their place",
+            missing,
+        )
 
     def _retire(self, pids: set[int]) -> None:
         """SIGTERM: finish the requests in hand, then exit."""

@@ -835,3 +835,42 @@ def test_master_a_new_workers_ready_report_counts_after_it_was_reaped() -> None:
     finally:
         os.close(arbiter._reports_r)
     assert arbiter.pending.ready == {11}
+
+
+def test_master_an_old_worker_gone_during_a_reload_is_replaced_by_its_generation(
+    monkeypatch: pytest.MonkeyPatch, models: dict[str, Path]
+) -> None:
+    """While the new workers loaded, nothing replaced an old one that exited (recycled at
+    max_requests, killed): with both gone, every request waited seconds for the reload."""
+    old, new = (
+        Settings(model_dir=models["A"], workers=2),
+        Settings(model_dir=models["B"], workers=2),
+    )
+    spawned: list[Settings | None] = []
+
+    def fork(self: object) -> int:
+        spawned.append(master.SETTINGS)
+        return 20 + len(spawned)
+
+    monkeypatch.setattr(master.Arbiter, "spawn_worker", fork)
+    arbiter = object.__new__(SpoArbiter)
+    arbiter.settings, arbiter._num_workers, arbiter.timeout = new, 2, 30
+    arbiter.WORKERS = {2: object(), 11: object(), 12: object()}  # old worker 1 exited
+    arbiter.states, arbiter.retiring, arbiter.reload_again = {}, set(), False
+    arbiter._reports_r, write = os.pipe()
+    os.set_blocking(arbiter._reports_r, False)
+    arbiter._partial = b""
+    arbiter.pending = master.PendingReload({1, 2}, {11, 12}, old, "B")
+    logged: list[str] = []
+    arbiter.log = SimpleNamespace(  # type: ignore[assignment]
+        warning=lambda msg, *a: logged.append(msg % a), error=lambda msg, *a: logged.append(msg % a)
+    )
+    try:
+        arbiter.manage_workers()
+    finally:
+        os.close(write)
+        os.close(arbiter._reports_r)
+    assert spawned == [old]  # one worker, of the old generation, with the old settings
+    assert arbiter.pending is not None and arbiter.pending.old == {1, 2, 21}
+    assert arbiter.settings is new  # the reload goes on
+    assert "1 old worker(s) exited while the new ones load" in logged[-1]
