@@ -119,6 +119,17 @@ def _path(raw: str) -> Path:
         raise ValueError(f"cannot resolve {raw}: {exc}") from None
 
 
+def _model_path(raw: str) -> Path:
+    """An absolute path, links kept: the model is named after the directory as given (``SPO_MODEL_DIR=
+    /srv/models/current`` serves ``current``, whichever version the link names); the server pins each
+    generation of workers to where the link led then (``Settings.pinned``).
+
+    >>> _model_path("/srv/models/current").name
+    'current'
+    """
+    return Path(raw).expanduser().absolute()
+
+
 def _file(raw: str) -> Path:
     """An absolute path, symlinks kept: a mounted secret (Kubernetes swaps a symlink to update it) is
     found again through the same name each time it is read."""
@@ -161,7 +172,7 @@ def _models(raw: str) -> tuple[tuple[str, Path], ...]:
         if not where:
             raise ValueError(f"entry {entry!r} names no directory (expected NAME=DIR)")
         path = _path(where)
-        out.append((name if sep else model_name_for(path), path))
+        out.append((name if sep else model_name_for(_model_path(where)), path))
     if not out:
         raise ValueError("expected NAME=DIR entries separated by commas")
     return tuple(out)
@@ -339,7 +350,7 @@ _TABLE = (
     Option("model_dir", DEMO_MODEL_DIR, "model directory (SavedModel + model.json, or one written "
            "by spo export-onnx or spo export-openvino, which runs on that engine): one model, named "
            "after its directory",
-           _path, doc_default="the embedded demo model"),
+           _model_path, doc_default="the embedded demo model"),
     Option("models", (), "several models, NAME=DIR,NAME=DIR, the first the default; instead of "
            "SPO_MODEL_DIR", _models, _model_names),
     Option("model", None, "A model name of SPO_MODELS (the names the service uses), or a model "

@@ -251,6 +251,18 @@ class Settings:
     def default_model(self) -> str:
         return self.model_table[0][0]
 
+    def pinned(self) -> Settings:
+        """These settings with the model table's links resolved, as ``models`` (each named as it was
+        given): what a generation of workers serves, so that a link moved later changes nothing for
+        them, a worker recycled then included. ``spo serve`` pins at start, the master at a reload."""
+        table = []
+        for name, directory in self.model_table:
+            try:
+                table.append((name, directory.resolve()))
+            except (OSError, RuntimeError):  # a loop: refused by the checks, left as given
+                table.append((name, directory))
+        return self.replace(model_dir=DEFAULT_MODEL_DIR, models=tuple(table))
+
     def resolve_model(self, ref: str | None) -> tuple[str, Path]:
         """``(name, directory)`` of a served model's NAME, or of a model directory DIR (named after
         it); ``None`` is the default model. ``ValueError`` names the known models otherwise."""
@@ -351,7 +363,7 @@ class Settings:
 
         if self.models:
             if self.model_dir != DEFAULT_MODEL_DIR:
-                bad("models", "set SPO_MODELS or SPO_MODEL_DIR (its one-model shorthand), not both")
+                out.append(_BOTH)
             for name, directory in self.models if require_model else ():
                 problem = _model_dir_problem(directory)
                 if problem:
@@ -414,6 +426,9 @@ class Settings:
         model table (``model_dir``, ``models``) and nothing of the server's."""
         env = os.environ if environ is None else environ
         values, problems = parse_env(env, SETTINGS if only is None else only)
+        # Both set is refused whatever SPO_MODEL_DIR names (the constructor sees only a value
+        # other than the default: the demo's own directory named outright slipped through).
+        both = "model_dir" in values and "models" in values
         unknown = sorted(
             k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in SETTINGS
         )
@@ -425,9 +440,9 @@ class Settings:
         except SettingsError as exc:
             failed = {p.split(":", 1)[0] for p in problems}
             problems += [p for p in exc.problems if p.split(":", 1)[0] not in failed]
-            raise SettingsError(problems) from None
-        if problems:
-            raise SettingsError(problems)
+            raise SettingsError(_with_both(problems, both)) from None
+        if problems or both:
+            raise SettingsError(_with_both(problems, both))
         return settings
 
 
@@ -468,6 +483,13 @@ def model_directory(ref: str | None, environ: Mapping[str, str] | None = None) -
 
 
 _PATH_FIELDS = ("model_dir", "auth_tokens_file", "tls_cert", "tls_key", "pid_file")
+
+
+_BOTH = "SPO_MODELS: set SPO_MODELS or SPO_MODEL_DIR (its one-model shorthand), not both"
+
+
+def _with_both(problems: list[str], both: bool) -> list[str]:
+    return [*problems, _BOTH] if both and _BOTH not in problems else problems
 
 
 def _model_dir_problem(directory: Path) -> str | None:

@@ -135,9 +135,10 @@ def gunicorn_command(
     pid_file: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv and environment that run gunicorn (``app.serving.master``) for ``settings``: the environment
-    is ``environ`` with ``settings`` in ``SETTINGS_VAR`` (and jemalloc's ``LD_PRELOAD``)."""
+    is ``environ`` with ``settings`` in ``SETTINGS_VAR``, model links resolved (``Settings.pinned``),
+    and jemalloc's ``LD_PRELOAD``."""
     env = dict(os.environ if environ is None else environ)
-    env[SETTINGS_VAR] = settings.to_json()
+    env[SETTINGS_VAR] = settings.pinned().to_json()
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p]
     openvino = openvino_models(settings)
     if settings.jemalloc and openvino:

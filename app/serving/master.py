@@ -195,7 +195,7 @@ def resolve_models(settings: Settings) -> tuple[Settings, list[Manifest]]:
     manifest: what a reload's generation is pinned to. ``SettingsError`` / ``SpoError`` name the
     problem."""
     given = Settings.from_env(only=("model_dir", "models"))
-    pinned = settings.replace(model_dir=given.model_dir, models=given.models)
+    pinned = settings.replace(model_dir=given.model_dir, models=given.models).pinned()
     return pinned, [check_model_dir(directory) for _, directory in pinned.model_table]
 
 
@@ -303,7 +303,7 @@ class SpoArbiter(Arbiter):  # type: ignore[misc]
         self._partial = b""
         # The settings of the generation that serves: as handed over (model directories resolved).
         # A -w flag after `--` wins over them, so TensorFlow threads are split by the real count.
-        settings = handed_settings()
+        settings = handed_settings().pinned()  # pinned by spo serve already; by hand, here
         if settings.workers != self.num_workers:
             settings = settings.replace(workers=self.num_workers, require_model=False)
         self.settings = settings

@@ -567,7 +567,7 @@ def test_master_reload_reads_the_model_variables_once_and_keeps_the_rest(
     started = Settings.from_env(
         {"SPO_MODEL_DIR": str(models["link"]), "SPO_WORKERS": "3", "SPO_MAX_TEXTS": "9"}
     )
-    assert started.model_dir == models["A"].resolve()
+    assert started.pinned().model_table == ((models["link"].name, models["A"].resolve()),)
     point(models["link"], models["B"])
     for name in list(os.environ):
         if name.startswith("SPO_"):
@@ -583,7 +583,9 @@ def test_master_reload_reads_the_model_variables_once_and_keeps_the_rest(
     )
     pinned, manifests = resolve_models(started)
     assert len(parses) == 1  # the environment, read once
-    assert pinned.model_dir == models["B"].resolve() and manifests[0].version == "2"
+    # The link's target now, under the link's name (the name a client uses stays).
+    assert pinned.model_table == ((models["link"].name, models["B"].resolve()),)
+    assert manifests[0].version == "2"
     assert (pinned.workers, pinned.max_texts) == (3, 9)
     models["link"].unlink()
     with pytest.raises((SettingsError, SpoError)):

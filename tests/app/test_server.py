@@ -47,8 +47,10 @@ def test_server_gunicorn_command_passes_flags_and_env(model_dir: Path) -> None:
     assert argv[6:] == ["--bind", "127.0.0.1:9001", "--workers", "3", "--check-config"]
     argv, _ = gunicorn_command(settings, pid_file=Path("/run/x.pid"))
     assert argv[-2:] == ["--pid", "/run/x.pid"]
-    # The resolved settings travel as one value; no SPO_* variable is written to be parsed again.
-    assert Settings.from_json(env[SETTINGS_VAR]) == settings
+    # The resolved settings travel as one value, the model pinned (its directory's links resolved,
+    # named as given); no SPO_* variable is written to be parsed again.
+    assert Settings.from_json(env[SETTINGS_VAR]) == settings.pinned()
+    assert settings.pinned().model_table == (("model", model_dir.resolve()),)
     assert env.keys() == {"PATH", SETTINGS_VAR}
 
 
@@ -335,7 +337,7 @@ def test_server_gunicorn_conf_takes_the_handed_settings_and_parses_nothing(
     conf = runpy.run_path(str(GUNICORN_CONF))
     assert (conf["workers"], conf["max_requests"], conf["max_requests_jitter"]) == (3, 700, 7)
     assert SETTINGS_VAR not in os.environ  # read once, not inherited by the workers
-    assert master.handed_settings() is conf["settings"] == handed
+    assert master.handed_settings() is conf["settings"] == handed.pinned()
 
 
 def test_server_rss_watchdog_off_when_zero(

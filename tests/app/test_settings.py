@@ -436,3 +436,32 @@ def test_settings_an_invalid_setting_is_not_also_blamed_on_the_one_checked_again
     with pytest.raises(SettingsError) as caught:
         Settings.from_env({"SPO_MODEL_DIR": str(triples_model_dir), **env})
     assert named in str(caught.value) and not_named not in str(caught.value)
+
+
+def test_settings_a_linked_model_dir_keeps_the_links_name_and_pins_its_target(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """SPO_MODEL_DIR=/srv/models/current served the target's name (v1, then v2 after the documented
+    link switch and reload), so /v1/models/NAME of the old name turned 404."""
+    from app.core.settings import DEFAULT_MODEL_DIR
+
+    current = tmp_path / "current"
+    current.symlink_to(model_dir)
+    settings = Settings.from_env({"SPO_MODEL_DIR": str(current)})
+    assert settings.model_table == (("current", current),)
+    pinned = settings.pinned()
+    assert pinned.model_table == (("current", model_dir.resolve()),)
+    assert pinned.model_dir == DEFAULT_MODEL_DIR and pinned.default_model == "current"
+    table = Settings.from_env({"SPO_MODELS": f"{current},x={current}"}).model_table
+    assert table == (("current", model_dir.resolve()), ("x", model_dir.resolve()))
+
+
+def test_settings_both_model_variables_are_refused_whatever_they_name(model_dir: Path) -> None:
+    """SPO_MODEL_DIR naming the demo's own directory beside SPO_MODELS slipped through (compared
+    with the default value, not with what was set)."""
+    from app.core.settings import DEFAULT_MODEL_DIR
+
+    for named in (DEFAULT_MODEL_DIR, model_dir):
+        with pytest.raises(SettingsError, match="not both") as caught:
+            Settings.from_env({"SPO_MODEL_DIR": str(named), "SPO_MODELS": f"m={model_dir}"})
+        assert str(caught.value).count("not both") == 1
