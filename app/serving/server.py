@@ -11,6 +11,7 @@ without ``--nginx`` (``nginx_only_problems``), never silently ignored.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -22,7 +23,7 @@ import click
 
 from app.core.logs import configure_logging
 from app.core.options import LISTEN, address_problem, click_options
-from app.core.settings import Settings, SettingsError
+from app.core.settings import LogSettings, Settings, SettingsError
 from app.serving.launch import (
     default_pid_file,
     gunicorn_args_problems,
@@ -55,6 +56,11 @@ def secret_warnings(settings: Settings) -> list[str]:
 
 
 def _settings(env: Mapping[str, str]) -> Settings:
+    # The parse may log (an unknown SPO_ variable): in SPO_LOG_FORMAT already, where those two are
+    # valid (else the parse names them, and its warning goes out plain).
+    if not logging.getLogger().handlers:
+        with contextlib.suppress(SettingsError):
+            configure_logging(LogSettings.from_env(env))
     try:
         return Settings.from_env(env)
     except SettingsError as exc:

@@ -189,3 +189,22 @@ def test_logging_batch_command_logs_json_lines_without_input_text(
     assert any(d["logger"] == "nlp.runtime" and "warm-up" in d["message"] for d in docs), ours
     assert SECRET not in result.stderr.decode()
     assert "spo_batch_records 1.0" in (tmp_path / "spo.prom").read_text()
+
+
+def test_logging_serve_warns_of_an_unknown_variable_in_the_log_format(tmp_path: Path) -> None:
+    """``spo serve`` parsed its settings before it set up logging: the warning about an unknown
+    SPO_ variable went out as a bare text line, the one non-JSON line of a SPO_LOG_FORMAT=json run."""
+    spo = Path(sys.executable).with_name("spo")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SPO_")},
+        "SPO_LOG_FORMAT": "json",
+        "SPO_TYPO": "1",
+        "TMPDIR": str(tmp_path),
+    }
+    run = subprocess.run(
+        [str(spo), "serve", "--bind", "127.0.0.1:1", "--check-config"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stderr.splitlines()]  # every one a JSON object
+    assert any("ignoring unknown variables (typo?): SPO_TYPO" in doc["message"] for doc in lines)
