@@ -7,7 +7,7 @@ prefix (the rendered ``deploy/nginx.conf``, its pid file, logs and temp files). 
 their own process group, so a Ctrl-C in the terminal reaches only this supervisor, which then stops them
 in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it is killed.
 
-- SIGTERM / SIGINT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
+- SIGTERM / SIGINT / SIGQUIT: nginx stops accepting and finishes its requests (SIGQUIT), then gunicorn stops
   gracefully (SIGTERM: its workers finish theirs); ``SPO_GRACEFUL_TIMEOUT`` + 5 s after the signal, for
   both together, whatever is left is killed. The run directory is removed: no socket, pid file or temp file stays behind. A supervisor
   killed outright (SIGKILL) cannot remove it; the next ``spo serve --nginx`` on the machine does (its
@@ -153,7 +153,9 @@ class Supervisor:
         self.signals.append(signum)
 
     def run(self) -> int:
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        # SIGQUIT too: nginx's and gunicorn's own graceful stop; unhandled, it killed this process
+        # outright, nginx then stopped fast by its PDEATHSIG and the requests in flight failed.
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
         previous = {s: signal.signal(s, self._queue) for s in handled}
         gunicorn = nginx = None
         threads: list[threading.Thread] = []

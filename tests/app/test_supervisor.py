@@ -222,10 +222,11 @@ while True:
 """
 
 
-@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM, signal.SIGQUIT])
 def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -> None:
-    """SIGHUP goes to gunicorn only; SIGINT/SIGTERM stop nginx (SIGQUIT: graceful) and gunicorn
-    (SIGTERM: graceful), and the supervisor exits 0 once both are gone."""
+    """SIGHUP goes to gunicorn only; SIGINT/SIGTERM/SIGQUIT stop nginx (SIGQUIT: graceful) and
+    gunicorn (SIGTERM: graceful), and the supervisor exits 0 once both are gone (SIGQUIT killed it
+    outright: nginx was stopped fast, the requests in flight failed, its run directory stayed)."""
     stand_in = tmp_path / "stand_in.py"
     stand_in.write_text(STAND_IN)
     nginx_log, gunicorn_log = tmp_path / "nginx", tmp_path / "gunicorn"
