@@ -238,6 +238,30 @@ def read_bert_config(path: str | Path, vocab_tokens: int) -> dict[str, Any]:
     return config
 
 
+def saved_arrays(weights: Path) -> int:
+    """How many weight arrays ``model.save_weights`` wrote to ``weights``: the datasets of an
+    ``.h5`` / ``.weights.h5`` file, or a TF checkpoint's variable values (an optimizer's slots and
+    the save counter not counted)."""
+    if weights.is_file():
+        import h5py
+
+        found: list[str] = []
+        with h5py.File(weights, "r") as handle:
+            handle.visititems(
+                lambda name, item: found.append(name) if isinstance(item, h5py.Dataset) else None
+            )
+        return len(found)
+    import tensorflow as tf
+
+    return sum(
+        1
+        for name, _ in tf.train.list_variables(str(weights))
+        if name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+        and "OPTIMIZER_SLOT" not in name
+        and not name.startswith(("optimizer/", "save_counter/"))
+    )
+
+
 def export_user_model(
     *,
     bert_config_path: str | Path,
@@ -311,6 +335,15 @@ def export_user_model(
         # another architecture gave a model of random heads): every variable must come from it.
         if hasattr(status, "assert_existing_objects_matched"):
             status.assert_existing_objects_matched()
+        # Nor may the file hold arrays the model has no place for: a .weights.h5 file or a
+        # checkpoint of a deeper encoder (or of a triples model given an NER schema) loaded what
+        # matched and dropped the rest, and the export wrote a model that was not the one trained.
+        saved, built = saved_arrays(weights), len(model.weights)
+        if saved != built:
+            raise ValueError(
+                f"the file holds {saved} weight arrays and the model built has {built} (another "
+                "depth or width of encoder, or another task)"
+            )
     except Exception as exc:  # h5py, TF checkpoint and Keras shape errors: each its own type
         labels = "predicates" if task is Task.TRIPLES else "entity types"
         raise ValueError(

@@ -232,3 +232,37 @@ def test_export_user_model_refuses_what_would_not_load_and_never_replaces_its_in
     with pytest.raises(ValueError, match=r"is inside .* which would be replaced"):
         export_user_model(weights_path=inside, schema_path=schema, force=True, **common)
     assert inside.is_file()
+
+
+@pytest.mark.parametrize("saved_as", ["w.weights.h5", "ck/w"])
+def test_export_user_model_refuses_weights_the_model_has_no_place_for(
+    tmp_path: Path, vocab_path: Path, saved_as: str
+) -> None:
+    """A deeper encoder's weights with a shallower config, or a triples model's with an entity-type
+    schema, loaded what matched and dropped the rest: an export of a model that was never trained,
+    exit 0 (a legacy .h5 file was refused; a .weights.h5 file or a checkpoint was not)."""
+    import nlp  # noqa: F401
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG, build_gplinker
+
+    config = {**TINY_BERT_CONFIG, "vocab_size": len(_vocab_tokens())}
+    shallow = {**config, "num_hidden_layers": config["num_hidden_layers"] - 1}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "shallow.json").write_text(json.dumps(shallow), encoding="utf-8")
+    schema = _write_schema(tmp_path / "schema", "json-list")
+    types = tmp_path / "types.json"
+    types.write_text('["人物", "地点"]', encoding="utf-8")
+    weights = tmp_path / saved_as
+    build_gplinker(config, len(TINY_PREDICATES), head_size=16).save_weights(str(weights))
+    common = {"weights_path": weights, "vocab_path": vocab_path, "out_dir": tmp_path / "out",
+              "head_size": 16, "max_length": 16}  # fmt: skip
+    for bert_config, schema_path in (("shallow.json", schema), ("bert_config.json", types)):
+        with pytest.raises(ValueError, match="cannot load these weights into a") as refused:
+            export_user_model(
+                bert_config_path=tmp_path / bert_config, schema_path=schema_path, **common
+            )
+        if saved_as.endswith(".h5"):  # a checkpoint may fail on a shape first
+            assert "the file holds 49 weight arrays and the model built has" in str(refused.value)
+    assert not (tmp_path / "out").exists()
+    export_user_model(bert_config_path=tmp_path / "bert_config.json", schema_path=schema, **common)
+    assert (tmp_path / "out" / "model.json").is_file()
