@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -222,13 +223,27 @@ def check_output_heads(
             )
 
 
+# The lines of a TensorFlow error that say where, not what: its heading, the failing node, the
+# stack it was defined at, ``[[{{node ...}}]]``.
+_WHERE = re.compile(
+    r"^(Graph execution error:|Detected at node .*|Node: .*|File \".*|\[\[.*\]\]|"
+    r"Original stack trace for .*|\(most recent call last\):?)$"
+)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line that says something of an exception's message: TensorFlow's start with
-    "Graph execution error:" and go on with the failing node and its stack trace."""
+    "Graph execution error:" and the failing node and the stack it was defined at, then say what.
+
+    >>> first_line(RuntimeError("Graph execution error:\\n\\nDetected at node 'save/RestoreV2' "
+    ...     "defined at (most recent call last):\\nNode: 'save/RestoreV2'\\nRead less bytes than "
+    ...     "requested\\n\\t [[{{node save/RestoreV2}}]]"))
+    'Read less bytes than requested'
+    """
     text = str(getattr(exc, "message", None) or exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    lines = [line for line in lines if line != "Graph execution error:"]
-    return lines[0] if lines else type(exc).__name__
+    said = [line for line in lines if not _WHERE.match(line)]
+    return said[0] if said else lines[0] if lines else type(exc).__name__
 
 
 # -- memory --------------------------------------------------------------------------------------
