@@ -531,5 +531,8 @@ def _model_fingerprint(model_dir: Path) -> str | None:
         path = model_dir / name
         if path.is_file():
             found = True
-            digest.update(name.encode() + b"\0" + path.read_bytes())
+            try:
+                digest.update(name.encode() + b"\0" + path.read_bytes())
+            except OSError as exc:  # not readable by this user: the model could not load either
+                raise BatchError(f"cannot read the model's {path}: {exc.strerror or exc}") from None
     return digest.hexdigest() if found else None

@@ -325,8 +325,8 @@ def _engine(model_dir: Path) -> str:
     try:
         doc = json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))
         name = doc["engine"]["name"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return "tf"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
+        return "tf"  # RecursionError: a model.json nested past the parser's depth
     return name if isinstance(name, str) else "tf"
 
 

@@ -726,6 +726,30 @@ def test_batch_refuses_stdin_named_again_and_stdout_onto_an_input(tmp_path: Path
     assert path.read_text(encoding="utf-8") == "张三在北京\n"
 
 
+def test_batch_a_model_file_it_cannot_read_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreadable model.json (another user's) ended ``spo extract`` in a PermissionError
+    traceback from the resume fingerprint, before the load could name it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.json").write_text("{}", encoding="utf-8")
+    read_bytes = Path.read_bytes
+
+    def denied(self: Path) -> bytes:
+        if self.name == "model.json":
+            raise PermissionError(13, "Permission denied")
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    (tmp_path / "in.txt").write_text("x\n", encoding="utf-8")
+    options = BatchOptions(inputs=(str(tmp_path / "in.txt"),), model_dir=model, workers=0)
+    with pytest.raises(
+        BatchError, match=f"cannot read the model's {model / 'model.json'}: Permission denied"
+    ):
+        run_batch(options, factory=FAKE)
+
+
 def test_batch_refuses_stdin_from_the_output_and_stdout_onto_stdins_file(tmp_path: Path) -> None:
     """``- -o out.txt < out.txt`` emptied its input and reported success; ``- < in.txt >> in.txt``
     read its own records back, the file growing until the disk was full. A terminal is stdin and

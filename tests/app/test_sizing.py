@@ -296,3 +296,14 @@ def test_sizing_settings_count_the_short_call_session_at_the_threads_each_worker
     capped = Settings.from_env({**base, "SPO_SHORT_CALL_THREADS": "on"}).sizing(tight)
     assert (capped.workers, capped.intra_op_threads) == (1, 2)
     assert capped.worker_rss_mib == pytest.approx(planned.worker_rss_mib)
+
+
+def test_sizing_a_model_json_nested_past_the_parser_is_an_estimate_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """``spo extract -m DIR`` and ``spo serve --check-config`` ended in a RecursionError traceback
+    from the engine lookup; the load names the bad model.json instead."""
+    from app.core.sizing import _engine
+
+    (tmp_path / "model.json").write_text("[" * 100_000, encoding="utf-8")
+    assert _engine(tmp_path) == "tf"
