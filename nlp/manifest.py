@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,13 +253,22 @@ def manifest_document(
 def write_manifest(directory: Path, document: dict[str, Any]) -> Path:
     """Write ``document`` as ``directory``'s ``model.json``, with ``saved_model.sha256`` of the
     SavedModel graph the directory holds (replacing one ``document`` carried over from a parent;
-    none for an onnx or openvino directory, whose engine files have their own)."""
+    none for an onnx or openvino directory, whose engine files have their own). Written beside and
+    renamed over it: a write that fails (a full disk) leaves the old ``model.json`` whole."""
     document = {k: v for k, v in document.items() if k != "saved_model"}
     graph = directory / "saved_model.pb"
     if "engine" not in document and graph.is_file():
         document["saved_model"] = {"sha256": sha256_file(graph)}
     path = directory / MANIFEST_NAME
-    path.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST_NAME}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -442,3 +442,29 @@ def test_manifest_copy_vocab_replaces_a_link_instead_of_writing_through_it(old_p
     assert victim.read_text(encoding="utf-8") == "someone's file\n"
     assert not (model_dir / "vocab.txt").is_symlink()
     assert load_manifest(model_dir).vocab_path == (model_dir / "vocab.txt").resolve()
+
+
+def test_manifest_a_write_that_fails_leaves_the_old_model_json_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spo copy-vocab`` on a full disk left model.json cut at the point of failure (it was written
+    in place) and said "model.json is unchanged"; the next load failed: not valid JSON."""
+    import errno
+    import os
+
+    from nlp.manifest import write_manifest
+
+    path = tmp_path / "model.json"
+    path.write_text('{"old": true}\n', encoding="utf-8")
+
+    def full(src: str, dst: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_manifest(tmp_path, {"new": True})
+    assert path.read_text(encoding="utf-8") == '{"old": true}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["model.json"]
+    monkeypatch.undo()
+    write_manifest(tmp_path, {"new": True})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"new": True}
