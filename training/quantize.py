@@ -467,6 +467,11 @@ def quantize(
     started = time.perf_counter()
     graph_def, inputs, outputs, dtypes = _load_frozen(parent)
     feeds = calibration_inputs(parent, calibration.texts)
+    if not feeds:  # zero-width spaces and the like: the quantizer failed deep inside on nothing
+        raise QuantizeError(
+            f"{calibration.source}: none of its {len(calibration.texts)} texts gives the model a "
+            "token to calibrate on: give texts of the kind the model will read"
+        )
     logger.info(
         "calibrating on %d texts (%d windows) from %s",
         len(calibration.texts),

@@ -85,6 +85,24 @@ def test_quantize_calibration_file_must_exist(tmp_path: Path) -> None:
         read_calibration(tmp_path / "missing.txt")
 
 
+def test_quantize_calibration_texts_with_no_token_are_refused(
+    tmp_path: Path, triples_model_dir: Path
+) -> None:
+    """Texts of zero-width spaces give no window: the quantizer ended in an AttributeError
+    traceback of its own ("'NoneType' object has no attribute 'graph_def'")."""
+    from nlp.engine import int8_support
+    from training.quantize import Calibration, quantize
+
+    if int8_support() is not None:
+        pytest.skip(f"this machine cannot run int8 models: {int8_support()}")
+    blank = Calibration(("\u200b", "\u200b\u200b"), "zero-width.txt", "0" * 64)
+    with pytest.raises(
+        QuantizeError, match=r"zero-width\.txt: none of its 2 texts gives the model"
+    ):
+        quantize(triples_model_dir, tmp_path / "out", calibration=blank)
+    assert not (tmp_path / "out").exists()
+
+
 def test_quantize_default_calibration_is_the_demo_corpus() -> None:
     from training.quantize import demo_calibration
 
