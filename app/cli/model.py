@@ -192,7 +192,7 @@ def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> No
             stdout.detach()
         click.echo(f"-: {count} records (seed {seed}, {split} names)", err=True)
         return
-    with _written_whole(out) as tmp:
+    with _sigterm_unwinds(), _written_whole(out) as tmp:  # killed: no .partial file left behind
         try:
             write_corpus(tmp, count, seed, split)
         except OSError as exc:
@@ -455,27 +455,29 @@ def evaluate_command(
             raise click.BadParameter(problem, param_hint="--errors")
     # The errors file is made before the evaluation, so a path that cannot be written fails first.
     written = _written_whole(errors_path) if errors_path is not None else nullcontext(None)
-    try:
-        if baseline_dir is not None:
-            comparison = compare(
-                model_dir,
-                baseline_dir,
-                data_path,
-                precision=precision,
-                baseline_precision=baseline_precision,
-            )
-            click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
-            return
-        with written as tmp:
-            scores, errors = evaluate(model_dir, data_path, precision=precision)
-            if tmp is not None and errors_path is not None:
-                try:
-                    with tmp.open("wb") as fh:
-                        fh.writelines(json_bytes(e) + b"\n" for e in errors)
-                except OSError as exc:
-                    raise _cannot_write(errors_path, exc) from None
-    except (ModelLoadError, DataError, MismatchError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    # Killed (SIGTERM), the errors file's staging goes as on Ctrl-C.
+    with _sigterm_unwinds():
+        try:
+            if baseline_dir is not None:
+                comparison = compare(
+                    model_dir,
+                    baseline_dir,
+                    data_path,
+                    precision=precision,
+                    baseline_precision=baseline_precision,
+                )
+                click.echo(json.dumps(comparison.to_dict(), ensure_ascii=False))
+                return
+            with written as tmp:
+                scores, errors = evaluate(model_dir, data_path, precision=precision)
+                if tmp is not None and errors_path is not None:
+                    try:
+                        with tmp.open("wb") as fh:
+                            fh.writelines(json_bytes(e) + b"\n" for e in errors)
+                    except OSError as exc:
+                        raise _cannot_write(errors_path, exc) from None
+        except (ModelLoadError, DataError, MismatchError) as exc:
+            raise click.ClickException(str(exc)) from exc
     if output_format == "text":
         click.echo(scores.to_text(f"{data_path} on {model_dir}"))
     else:
