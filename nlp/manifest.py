@@ -526,9 +526,17 @@ def _file_sha256(path: Path, field: str) -> str:
         raise _fail(field, f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+# Past any BERT-family encoder's positions (512 for most, 8192 for the longest): a larger value is a
+# typo, and the bucket shapes it would plan (one per single-row step) would not fit in memory before
+# the load could compare it with the SavedModel's positions.
+MAX_LENGTH_LIMIT = 8192
+
+
 def _max_length(raw: int, reading: _Reading) -> int:
     if raw < 3:
         raise _fail("max_length", "must be at least 3 ([CLS], one token, [SEP])")
+    if raw > MAX_LENGTH_LIMIT:
+        raise _fail("max_length", f"must be at most {MAX_LENGTH_LIMIT}, got {raw}")
     return raw
 
 
@@ -640,7 +648,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     _labels_field("entity_types", _entity_types, "the type names, unique, in output order"),
     ManifestField("vocab", dict, '`{"path", "sha256"}`; the path is relative to the model directory (`"vocab.txt"`, as every `spo` command writes it) or absolute', _vocab, required=True, attrs=("vocab_path", "vocab_sha256")),
     ManifestField("do_lower_case", bool, "as the model was trained", default=True),
-    ManifestField("max_length", int, "the model's max tokens, `[CLS]` and `[SEP]` included (at least 3)", _max_length, required=True),
+    ManifestField("max_length", int, "the model's max tokens, `[CLS]` and `[SEP]` included (3 to 8192)", _max_length, required=True),
     ManifestField("inputs", dict, '`{"token_ids", "segment_ids"}` tensor names; when absent, from the `serving_default` signature', _inputs, null="absent", attrs=("input_names",)),
     ManifestField("outputs", list, "tensor names in role order (triples: entity, head, tail; entities: one); when absent, from the `serving_default` signature", _outputs, null="absent", attrs=("output_names",)),
     ManifestField("threshold", (int, float), "score threshold", _threshold, default=0.0, default_doc="`0`"),

@@ -508,7 +508,7 @@ def evaluate_command(
 @_existing("--vocab", "vocab_path", default=DEMO_VOCAB, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--head-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--max-length", type=click.IntRange(min=3), default=256, show_default=True)
+@click.option("--max-length", type=click.IntRange(3, 8192), default=256, show_default=True)
 @click.option("--name", default="custom", show_default=True)
 @click.option("--model-version", "version", default="1", show_default=True)
 @click.option(

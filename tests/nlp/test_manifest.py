@@ -45,6 +45,8 @@ BAD = [
     ("vocab.path", lambda d: d["vocab"].update(path="no/such/vocab.txt")),
     ("max_length", lambda d: d.update(max_length="64")),
     ("max_length", lambda d: d.update(max_length=True)),
+    # A billion planned a bucket shape per 16 tokens and ran out of memory before the load's check.
+    ("max_length", lambda d: (d.update(max_length=10**9), d.pop("length_buckets"))),
     ("threshold", lambda d: d.update(threshold="high")),
     ("link_rule", lambda d: d.update(link_rule="max")),
     ("link_rule", lambda d: d.update(link_rule=None)),
