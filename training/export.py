@@ -328,7 +328,15 @@ def export_user_model(
     def build() -> Any:
         return builders[task](config, len(items), head_size=head_size)
 
-    model = build()
+    try:
+        model = build()
+    except (
+        Exception
+    ) as exc:  # a vocab_size or width past what memory holds (ResourceExhausted), ...
+        raise ValueError(
+            f"{bert_config_path}: cannot build its encoder: {type(exc).__name__}: "
+            f"{first_line(exc)[:500]}"
+        ) from None
     try:
         status = model.load_weights(str(weights))
         # A TF checkpoint restores what matches and leaves the rest as built (a checkpoint of

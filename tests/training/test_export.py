@@ -266,3 +266,27 @@ def test_export_user_model_refuses_weights_the_model_has_no_place_for(
     assert not (tmp_path / "out").exists()
     export_user_model(bert_config_path=tmp_path / "bert_config.json", schema_path=schema, **common)
     assert (tmp_path / "out" / "model.json").is_file()
+
+
+def test_export_user_model_an_encoder_that_cannot_be_built_is_one_line(
+    tmp_path: Path, vocab_path: Path
+) -> None:
+    """A vocab_size of 2**34 (a typo) ended in TensorFlow's ResourceExhaustedError traceback."""
+    import nlp  # noqa: F401
+    from training.export import export_user_model
+    from training.gplinker import TINY_BERT_CONFIG
+
+    config = {**TINY_BERT_CONFIG, "vocab_size": 2**34}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "w.weights.h5").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"bert_config\.json: cannot build its encoder: "):
+        export_user_model(
+            bert_config_path=tmp_path / "bert_config.json",
+            weights_path=tmp_path / "w.weights.h5",
+            schema_path=_write_schema(tmp_path / "schema", "json-list"),
+            out_dir=tmp_path / "out",
+            vocab_path=vocab_path,
+            head_size=16,
+            max_length=16,
+        )
+    assert not (tmp_path / "out").exists()
