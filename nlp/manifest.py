@@ -828,13 +828,18 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
             field=MANIFEST_NAME,
         )
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_once_each)
     except OSError as exc:  # no permission, an I/O error
         raise ManifestError(
             f"{path}: cannot read: {exc.strerror or exc}", field=MANIFEST_NAME
         ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}", field=MANIFEST_NAME) from exc
+    except _Repeated as exc:  # "threshold": 0.5, then "threshold": 0.0: the last one won, unsaid
+        raise ManifestError(
+            f"{path}: the field '{exc.args[0]}' is given twice in one object: keep one",
+            field=str(exc.args[0]),
+        ) from None
     except (ValueError, RecursionError):  # an integer over Python's digit limit, absurd nesting
         raise ManifestError(
             f"{path}: not acceptable JSON (nested too deeply or a number too long)",
@@ -844,6 +849,19 @@ def load_manifest(directory: str | Path, *, check_files: bool = True) -> Manifes
     if check_files and manifest.engine == "tf":
         _check_saved_model_files(directory)
     return manifest
+
+
+class _Repeated(Exception):
+    """A key given twice in one JSON object of a model.json (its name in ``args[0]``)."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen[key] = value
+    return seen
 
 
 def _check_saved_model_files(directory: Path) -> None:

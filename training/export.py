@@ -354,8 +354,9 @@ def export_user_model(
             )
     except Exception as exc:  # h5py, TF checkpoint and Keras shape errors: each its own type
         labels = "predicates" if task is Task.TRIPLES else "entity types"
+        article = "an" if task is Task.ENTITIES else "a"
         raise ValueError(
-            f"{weights}: cannot load these weights into a {task} model of {len(items)} {labels} "
+            f"{weights}: cannot load these weights into {article} {task} model of {len(items)} {labels} "
             f"(--schema), head size {head_size} (--head-size) and the encoder of "
             f"{bert_config_path} (--bert-config): {type(exc).__name__}: {first_line(exc)[:500]}"
         ) from None

@@ -470,3 +470,15 @@ def test_manifest_a_write_that_fails_leaves_the_old_model_json_whole(
     monkeypatch.undo()
     write_manifest(tmp_path, {"new": True})
     assert json.loads(path.read_text(encoding="utf-8")) == {"new": True}
+
+
+def test_manifest_a_field_given_twice_is_refused(model_copy):
+    """``"threshold": 0.5, "threshold": 0.0`` was taken silently, the last one winning."""
+    path = model_copy / "model.json"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace('"threshold":', '"threshold": 0.5, "threshold":', 1), encoding="utf-8"
+    )
+    with pytest.raises(ManifestError, match="the field 'threshold' is given twice") as info:
+        load_manifest(model_copy)
+    assert info.value.field == "threshold"
