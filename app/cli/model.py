@@ -450,6 +450,13 @@ def evaluate_command(
                 "is renamed: the data would be emptied; rename it",
                 param_hint="--errors",
             )
+        for directory in (model_dir, baseline_dir):  # --force would replace one of its files
+            if directory is not None and errors_path.resolve().is_relative_to(directory.resolve()):
+                raise click.BadParameter(
+                    f"{errors_path} is inside the model directory {directory}: write the errors "
+                    "elsewhere",
+                    param_hint="--errors",
+                )
         problem = _file_problem(errors_path, force)
         if problem is not None:
             raise click.BadParameter(problem, param_hint="--errors")

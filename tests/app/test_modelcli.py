@@ -520,3 +520,18 @@ def test_modelcli_make_corpus_killed_leaves_no_partial_file(tmp_path):
         assert process.stderr is not None
         process.stderr.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_modelcli_evaluate_errors_never_go_into_a_model_directory(tmp_path, triples_model_dir):
+    """``--errors MODEL/model.json --force`` replaced the model.json of the model being scored."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(triples_model_dir, model)
+    before = (model / "model.json").read_bytes()
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "x", "triples": []}\n', encoding="utf-8")
+    args = ["evaluate", str(data), "--model", str(model), "--errors", str(model / "model.json")]
+    result = CliRunner().invoke(main, [*args, "--force"])
+    assert result.exit_code == 2 and "is inside the model directory" in result.output
+    assert (model / "model.json").read_bytes() == before
