@@ -661,6 +661,11 @@ def quantize_command(
     """
     from training.quantize import QuantizeError, quantize, read_calibration
 
+    given = click.get_current_context().get_parameter_source("max_texts")
+    if calibration_path is None and given is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(
+            "--max-texts is for --calibration (without it: 200 sentences of the demo corpus)"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         calibration = (

@@ -173,6 +173,15 @@ def test_quantize_never_replaces_a_directory_holding_its_source_or_calibration(
     assert (source / "model.json").is_file() and calibration.is_file()
 
 
+def test_quantize_max_texts_without_a_calibration_file_is_a_usage_error(tmp_path: Path) -> None:
+    """It calibrated on the 200 demo texts, the limit silently unused."""
+    result = CliRunner().invoke(
+        main, ["quantize", str(DEMO), str(tmp_path / "q"), "--max-texts", "5"]
+    )
+    assert result.exit_code == 2 and "--max-texts is for --calibration" in result.output
+    assert not (tmp_path / "q").exists()
+
+
 def _damaged(source: Path, tmp_path: Path, damage: str) -> Path:
     import shutil
 
