@@ -126,12 +126,12 @@ def staged_model_dir(
         if reason is not None:
             raise FileExistsError(reason)
         replaced = staging / "replaced"
-        if out.exists():
-            out.rename(replaced)
         try:
+            if out.exists():
+                out.rename(replaced)
             (staging / "model").rename(out)
-        except OSError:
-            if replaced.exists():
+        except BaseException:  # an error, or Ctrl-C / SIGTERM between the two renames
+            if replaced.exists() and not out.exists():
                 replaced.rename(out)
             raise
     finally:

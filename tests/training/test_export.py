@@ -290,3 +290,29 @@ def test_export_user_model_an_encoder_that_cannot_be_built_is_one_line(
             max_length=16,
         )
     assert not (tmp_path / "out").exists()
+
+
+def test_export_an_interrupt_between_the_renames_keeps_the_model_it_replaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM) after the old directory was moved aside and before the new one took its
+    place: only an OSError put the old one back, and the clean-up then deleted both."""
+    from training.export import staged_model_dir
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "model.json").write_text("old", encoding="utf-8")
+    rename = Path.rename
+
+    def interrupted(self: Path, target: Path) -> Path:
+        if self.name == "model" and Path(target) == out:
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    with pytest.raises(KeyboardInterrupt), staged_model_dir(out, force=True) as staging:
+        staging.mkdir()
+        (staging / "model.json").write_text("new", encoding="utf-8")
+        monkeypatch.setattr(Path, "rename", interrupted)
+    monkeypatch.undo()
+    assert (out / "model.json").read_text(encoding="utf-8") == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
