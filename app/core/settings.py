@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = DEMO_MODEL_DIR
 JEMALLOC_PATH = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+# prometheus_client's multiprocess directory (its own variable, not a setting: app.web.metrics).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def cpu_count() -> int:

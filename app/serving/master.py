@@ -60,7 +60,7 @@ from gunicorn.app.wsgiapp import WSGIApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 
-from app.core.settings import JEMALLOC_PATH, Settings, SettingsError
+from app.core.settings import JEMALLOC_PATH, MULTIPROC_ENV, Settings, SettingsError
 from app.core.sizing import reload_memory_problem
 from nlp.errors import SpoError
 from nlp.manifest import Manifest, load_manifest
@@ -181,8 +181,6 @@ def _throwaway_metrics_dir() -> None:
     import atexit
     import shutil
     import tempfile
-
-    from app.web.metrics import MULTIPROC_ENV
 
     own = tempfile.mkdtemp(prefix="spo-metrics-check-")
     os.environ[MULTIPROC_ENV] = own

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psutil
 from flask import Blueprint, Flask, Response, current_app, g, has_request_context, request
 
-from app.core.settings import Settings
+from app.core.settings import MULTIPROC_ENV, Settings
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_REFRESH_S = 1.0
 
 # Histogram buckets: powers of two for counts, a latency ladder from 5 ms to 2 minutes.
