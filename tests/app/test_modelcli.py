@@ -310,30 +310,26 @@ def test_modelcli_train_hidden_size_reaches_the_encoder(tmp_path, monkeypatch):
     assert defaults["hidden_size"] == training.config.DEMO_BERT_CONFIG["hidden_size"]
 
 
-def test_modelcli_train_ema_reaches_the_config_and_refuses_a_decay_of_one(tmp_path, monkeypatch):
-    seen, corpus = _captured_train(tmp_path, monkeypatch)
-    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
-                                   "--ema", "0.999"])  # fmt: skip
-    assert ok.exit_code == 0, ok.output
-    assert seen.pop("c").ema == 0.999
-    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m")])
-    assert ok.exit_code == 0 and seen["c"].ema == 0.0, ok.output  # off unless asked for
-    bad = CliRunner().invoke(main, ["train", str(corpus), "--ema", "1"])
-    assert bad.exit_code == 2 and "--ema" in bad.output and "0<=x<=0.9999" in bad.output, bad.output
-
-
-def test_modelcli_train_serve_length_reaches_the_config_within_the_trained_length(
-    tmp_path, monkeypatch
+@pytest.mark.parametrize(
+    ("flag", "value", "field", "expected", "default", "bad", "refusal"),
+    [
+        ("--ema", "0.999", "ema", 0.999, 0.0, "1", "0<=x<=0.9999"),  # off unless asked for
+        # The window served, within the 128 positions trained with (None: max_length's 128).
+        ("--serve-length", "96", "serve_length", 96, None, "129", "3<=x<=128"),
+    ],
+)
+def test_modelcli_train_option_reaches_the_config_and_refuses_out_of_range(
+    tmp_path, monkeypatch, flag, value, field, expected, default, bad, refusal
 ):
     seen, corpus = _captured_train(tmp_path, monkeypatch)
-    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m"),
-                                   "--serve-length", "96"])  # fmt: skip
+    args = ["train", str(corpus), "--out", str(tmp_path / "m")]
+    ok = CliRunner().invoke(main, [*args, flag, value])
     assert ok.exit_code == 0, ok.output
-    assert seen.pop("c").serve_length == 96
-    ok = CliRunner().invoke(main, ["train", str(corpus), "--out", str(tmp_path / "m")])
-    assert ok.exit_code == 0 and seen["c"].serve_length is None, ok.output  # max_length's 128
-    bad = CliRunner().invoke(main, ["train", str(corpus), "--serve-length", "129"])
-    assert bad.exit_code == 2 and "--serve-length" in bad.output and "3<=x<=128" in bad.output
+    assert getattr(seen.pop("c"), field) == expected
+    ok = CliRunner().invoke(main, args)
+    assert ok.exit_code == 0 and getattr(seen["c"], field) == default, ok.output
+    refused = CliRunner().invoke(main, ["train", str(corpus), flag, bad])
+    assert refused.exit_code == 2 and flag in refused.output and refusal in refused.output
 
 
 def test_modelcli_link_rule_reaches_the_config_for_triples_only(tmp_path, monkeypatch):
