@@ -189,7 +189,7 @@ def count_lines(source: Source) -> int:
     with open_binary(source) as stream:
         count, last, head = 0, b"\n", b""
         for block in iter(lambda: stream.read(1 << 20), b""):
-            head = head or block
+            head = head or block[: len(_BOM) + 1]  # the BOM alone, or more than it
             count += block.count(b"\n")
             last = block[-1:]
         return 0 if head == _BOM else count + (last != b"\n")  # a BOM alone: no line (iter_lines)
