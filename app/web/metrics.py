@@ -53,6 +53,7 @@ from app.core.settings import MULTIPROC_ENV, Settings
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+    from app.web.model_slot import ModelSlot
     from nlp.pipeline import BatchReport
 
 logger = logging.getLogger(__name__)
@@ -428,4 +429,14 @@ def init_app(app: Flask) -> Metrics:
     for model in app.extensions["spo.models"]:
         if model.batcher is not None:
             model.batcher.on_batch = m.observe_microbatch
+        # Described from the moment its model is ready, not from the worker's first request: a
+        # worker that has not served yet still shows its RSS and model to the scrape another answers.
+        model.slot.on_change(lambda slot: _watch_ready(m, slot))
+        _watch_ready(m, model.slot)
     return m
+
+
+def _watch_ready(m: Metrics, slot: ModelSlot) -> None:
+    extractor = slot.extractor
+    if slot.ready and extractor is not None:
+        m.watch_extractor(extractor)

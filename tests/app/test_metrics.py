@@ -90,6 +90,17 @@ def test_metrics_describe_the_worker_and_model(client: FlaskClient, triples_extr
     assert value(found, "spo_model_load_seconds", phase="warmup") > 0
 
 
+def test_metrics_describe_the_worker_before_its_first_request(app: Flask) -> None:
+    """Under gunicorn a scrape reads every worker's files: one that has answered nothing yet shows
+    its RSS and its model from the moment the model is ready, not 0 and nothing."""
+    from prometheus_client import generate_latest
+
+    found = samples(generate_latest(app.extensions["spo.metrics"].registry).decode())
+    assert value(found, "spo_worker_rss_bytes") > 10 << 20
+    assert value(found, "spo_model_info", model="tiny-triples") == 1
+    assert value(found, "spo_model_load_seconds", phase="warmup") > 0
+
+
 def test_metrics_graph_op_count_is_read_without_adding_nodes(
     client: FlaskClient, triples_extractor: Any
 ) -> None:
