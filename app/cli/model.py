@@ -78,27 +78,39 @@ def _written_whole(path: Path) -> Iterator[Path]:
     second run writing the same ``path`` at the same time is refused, instead of both writing one
     temporary file (a lock left by a killed run goes with it; so does its file, truncated here)."""
     tmp = _staging(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise _cannot_write(path, exc) from None
+    # The folders made here for ``path`` go again when the block fails: a failed run leaves nothing.
+    made = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    done = False
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise click.ClickException(
-                f"{path} is being written by another run right now ({tmp.name} is locked); wait "
-                "for it to end"
-            ) from None
-        os.ftruncate(fd, 0)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
         try:
-            yield tmp
-            os.replace(tmp, path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise click.ClickException(
+                    f"{path} is being written by another run right now ({tmp.name} is locked); "
+                    "wait for it to end"
+                ) from None
+            os.ftruncate(fd, 0)
+            try:
+                yield tmp
+                os.replace(tmp, path)
+                done = True
+            finally:
+                tmp.unlink(missing_ok=True)
         finally:
-            tmp.unlink(missing_ok=True)
+            os.close(fd)
     finally:
-        os.close(fd)
+        if not done:
+            for directory in made:  # deepest first; one another run filled meanwhile stays
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
 
 
 def _cannot_write(path: Path, exc: OSError) -> click.ClickException:

@@ -94,6 +94,42 @@ def test_evaluate_errors_refuses_what_it_would_replace_and_where_it_cannot_write
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
 
 
+def test_evaluate_errors_failed_run_leaves_no_new_folder(triples_model_dir, tmp_path):
+    """``--errors new/dir/errors.jsonl`` made the folders before the evaluation; one that then
+    failed (a malformed data file here) left them behind, empty."""
+    data = tmp_path / "bad.jsonl"
+    data.write_text("{not json\n", encoding="utf-8")
+    errors = tmp_path / "new" / "dir" / "errors.jsonl"
+    args = ["evaluate", str(data), "--model", str(triples_model_dir), "--errors", str(errors)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    # A folder that was there before stays, and the run that succeeds keeps what it made.
+    (tmp_path / "kept").mkdir()
+    good = _write_records(tmp_path / "tagged.jsonl", TAGGED)
+    args = ["evaluate", str(good), "--model", str(triples_model_dir), "--errors"]
+    assert CliRunner().invoke(main, [*args, str(tmp_path / "kept" / "e.jsonl")]).exit_code == 0
+    assert CliRunner().invoke(main, [*args, str(tmp_path / "a" / "b" / "e.jsonl")]).exit_code == 0
+    assert (tmp_path / "a" / "b" / "e.jsonl").is_file()
+    data.write_text("{not json\n", encoding="utf-8")
+    assert (
+        CliRunner()
+        .invoke(
+            main,
+            [
+                "evaluate",
+                str(data),
+                "--model",
+                str(triples_model_dir),
+                "--errors",
+                str(tmp_path / "kept" / "x" / "e.jsonl"),
+            ],
+        )
+        .exit_code
+    )
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["e.jsonl"]
+
+
 def test_evaluate_errors_file_is_one_line_per_record_to_any_reader(triples_model_dir, tmp_path):
     """A text with U+2028, U+2029 or U+0085 in it (line breaks to str.splitlines(), not to JSON) is
     still one line of the errors file, as it is one line of spo extract's output."""
