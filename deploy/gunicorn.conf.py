@@ -21,7 +21,8 @@ again here); each worker builds its app from its generation's value (``app.servi
   directory before any worker forks (``PROMETHEUS_MULTIPROC_DIR`` if set, emptied in ``when_ready``:
   once this master holds its pid file and sockets, so a ``--check-config`` run or a second start that
   is refused never empties a running server's; else a new temporary one, removed when the process
-  that made it exits, a ``--check-config`` run included);
+  that made it exits, a ``--check-config`` run included, or by the next start if it was killed:
+  ``app.core.rundirs``);
   ``child_exit`` marks each dead worker so its per-worker gauges go, and folds its counters into
   one merged file per type (``app.web.metrics.fold_dead_workers``), so the directory does not grow
   with every recycled worker.
@@ -32,7 +33,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,9 +41,15 @@ from typing import Any
 import psutil
 
 from app.core.logs import AccessLogger, logging_config
+from app.core.rundirs import make_run_dir, remove_stale_run_dirs
 from app.core.sizing import Machine, memory_warning
 from app.serving.master import handed_settings, watch_worker
-from app.web.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
+from app.web.metrics import (
+    METRICS_DIR_PREFIX,
+    MULTIPROC_ENV,
+    mark_worker_dead,
+    prepare_multiprocess_dir,
+)
 
 settings = handed_settings()
 sizing = settings.sizing()
@@ -55,7 +61,9 @@ if _given_metrics_dir:
     metrics_dir = Path(_given_metrics_dir)
     metrics_dir.mkdir(parents=True, exist_ok=True)
 else:
-    metrics_dir = prepare_multiprocess_dir(tempfile.mkdtemp(prefix="spo-metrics-"))
+    # Those of masters that were killed (SIGKILL, OOM) go first: nothing else would remove them.
+    remove_stale_run_dirs(METRICS_DIR_PREFIX)
+    metrics_dir = prepare_multiprocess_dir(make_run_dir(METRICS_DIR_PREFIX))
 os.environ[MULTIPROC_ENV] = str(metrics_dir)
 _loaded_by = os.getpid()
 

@@ -180,10 +180,12 @@ def _throwaway_metrics_dir() -> None:
     process that never serves (``spo_worker_rss_bytes`` of its pid, forever)."""
     import atexit
     import shutil
-    import tempfile
 
-    own = tempfile.mkdtemp(prefix="spo-metrics-check-")
-    os.environ[MULTIPROC_ENV] = own
+    from app.core.rundirs import make_run_dir
+    from app.web.metrics import METRICS_DIR_PREFIX
+
+    own = make_run_dir(f"{METRICS_DIR_PREFIX}check-")
+    os.environ[MULTIPROC_ENV] = str(own)
     atexit.register(shutil.rmtree, own, ignore_errors=True)
 
 

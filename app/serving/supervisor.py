@@ -56,6 +56,7 @@ from typing import IO, TextIO
 
 import click
 
+from app.core.rundirs import make_run_dir, remove_stale_run_dirs
 from app.core.settings import Settings
 from app.serving.launch import gunicorn_command
 from app.serving.nginx import NGINX_PATH, nginx_http2, render_nginx_conf
@@ -69,31 +70,6 @@ _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.2
 CERT_CHECK_S = 2.0  # how often the TLS files are looked at (a renewal is picked up in 2-4 s)
 RUN_DIR_PREFIX = "spo-serve-"
-OWNER_FILE = "supervisor.pid"  # in the run directory: the supervisor that made it
-
-
-def remove_stale_run_dirs(parent: Path) -> list[Path]:
-    """Remove the run directories in ``parent`` (the temporary directory) left by supervisors that
-    were killed: those of this user whose ``supervisor.pid`` names no running process. One without
-    that file (being made right now) or whose supervisor runs is left alone. Returns the removed."""
-    removed = []
-    for run_dir in sorted(parent.glob(f"{RUN_DIR_PREFIX}*")):
-        try:
-            if run_dir.stat().st_uid != os.getuid():
-                continue
-            pid = int((run_dir / OWNER_FILE).read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-            continue  # running (a pid taken again by another process counts too: left alone)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(run_dir, ignore_errors=True)
-        removed.append(run_dir)
-    return removed
 
 
 _log = logging.getLogger("spo.serve")
@@ -366,12 +342,10 @@ def serve_behind_nginx(
     nginx = find_nginx()
     if nginx is None:
         raise click.ClickException(NGINX_MISSING)
-    for stale in remove_stale_run_dirs(Path(tempfile.gettempdir())):
+    for stale in remove_stale_run_dirs(RUN_DIR_PREFIX):
         _say(f"removed {stale}: the run directory of a spo serve --nginx that was killed")
-    run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+    run_dir = make_run_dir(RUN_DIR_PREFIX, mode=0o711)  # nginx's workers reach the socket
     try:
-        run_dir.chmod(0o711)
-        (run_dir / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
         socket_path = run_dir / "gunicorn.sock"
         prefix = run_dir / "nginx"
         prefix.mkdir()

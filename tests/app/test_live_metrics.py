@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.core.rundirs import OWNER_FILE
 from tests.app.test_live import (
     call,
     free_port,
@@ -26,6 +27,7 @@ from tests.app.test_live import (
     wait_ready,
     wait_workers,
 )
+from tests.app.test_rundirs import dead_pid
 
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -60,11 +62,16 @@ def server(triples_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "TMPDIR": str(run_dir),  # where the master makes its metrics directory
     }
     log = run_dir / "gunicorn.log"
+    # What a master killed with SIGKILL left: the next start removes it.
+    killed = run_dir / "spo-metrics-killed"
+    killed.mkdir()
+    (killed / OWNER_FILE).write_text(f"{dead_pid()}\n", encoding="ascii")
     process = start_serve(port, env, log)
     try:
         wait_ready(port, process, log, 120)
         wait_workers(log, 2, 120)
         (metrics_dir,) = run_dir.glob("spo-metrics-*")
+        assert metrics_dir != killed
         yield Server(port, log, metrics_dir)
         # Still there after the recycled workers exited; gone once the master did.
         assert metrics_dir.is_dir()

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from app.core.rundirs import OWNER_FILE
 from app.serving.launch import default_pid_file
-from app.serving.supervisor import OWNER_FILE, find_nginx, remove_stale_run_dirs
+from app.serving.supervisor import find_nginx
 from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
 from tests.app.test_master import corrupt_graph
 
@@ -91,27 +92,6 @@ def serve_env(model_dir: Path) -> dict[str, str]:
         "SPO_TIMEOUT": str(BOOT_TIMEOUT_S),
         "SPO_MAX_BODY_BYTES": "4096",
     }
-
-
-def test_supervisor_removes_only_the_run_directories_of_killed_supervisors(tmp_path: Path) -> None:
-    gone = subprocess.Popen([sys.executable, "-c", ""])
-    gone.wait()  # a pid no process has now
-    dirs = {}
-    for name, owner in (("killed", gone.pid), ("running", os.getpid()), ("being-made", None)):
-        run_dir = tmp_path / f"spo-serve-{name}"
-        (run_dir / "nginx" / "client_body_temp").mkdir(parents=True)
-        if owner is not None:
-            (run_dir / OWNER_FILE).write_text(f"{owner}\n", encoding="ascii")
-        dirs[name] = run_dir
-    other = tmp_path / "not-ours"
-    other.mkdir()
-    (other / OWNER_FILE).write_text(f"{gone.pid}\n", encoding="ascii")
-    assert remove_stale_run_dirs(tmp_path) == [dirs["killed"]]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "not-ours",
-        "spo-serve-being-made",
-        "spo-serve-running",
-    ]
 
 
 @needs_nginx
