@@ -205,7 +205,12 @@ def reload(pid_file: Path | None, bind: str | None, nginx_listen: str | None) ->
         env = dict(os.environ)
         if bind is not None:
             env["SPO_BIND"] = bind
-        settings = _settings(env)
+        # Only what finds the pid file: the server's other settings (its model, its workers) are
+        # the running master's, and a shell's stray or stale SPO_* value must not block the reload.
+        try:
+            settings = Settings.from_env(env, require_model=False, only=("pid_file", "bind"))
+        except SettingsError as exc:
+            raise click.UsageError(str(exc)) from None
         pid_file = settings.pid_file or default_pid_file(nginx_listen or settings.bind)
     try:
         pid = int(pid_file.read_text().strip())

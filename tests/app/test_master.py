@@ -518,6 +518,27 @@ def test_master_spo_reload_errors(tmp_path: Path) -> None:
         other.wait()
 
 
+def test_master_spo_reload_reads_only_what_finds_the_pid_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reloading shell's other SPO_* values are not the server's: a bad one (or a missing
+    model) refused the reload; a bad pid-file or bind value is still named."""
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    monkeypatch.setenv("SPO_WORKERS", "many")
+    monkeypatch.setenv("SPO_MODEL_DIR", str(tmp_path / "no-such-model"))
+    monkeypatch.setenv("SPO_PID_FILE", str(tmp_path / "spo.pid"))
+    result = CliRunner().invoke(main, ["reload"])
+    assert result.exit_code == 1, result.output
+    assert f"no pid file {tmp_path / 'spo.pid'}: is `spo serve` running?" in result.output
+    monkeypatch.delenv("SPO_PID_FILE")
+    result = CliRunner().invoke(main, ["reload", "--bind", "nowhere:port"])
+    assert result.exit_code == 2 and "SPO_BIND" in result.output, result.output
+    assert "SPO_WORKERS" not in result.output
+
+
 def test_master_not_a_master_doctests_hold() -> None:
     import doctest
 
