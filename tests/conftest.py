@@ -33,6 +33,19 @@ def _vocab_tokens() -> list[str]:
     return [t for t in tokens if not (t in seen or seen.add(t))]  # type: ignore[func-returns-value]
 
 
+@pytest.fixture(autouse=True)
+def no_exec_in_the_test_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``spo serve`` invoked in-process (``CliRunner``) that got past the checks a test expects to
+    refuse would exec gunicorn in place of the test run, which then ends with status 0 and no
+    output: the test fails instead. (Subprocesses exec through ``_posixsubprocess``, untouched.)"""
+    import os
+
+    def no_exec(path: str, *args: Any) -> None:
+        raise AssertionError(f"the test process would exec {path}")
+
+    monkeypatch.setattr(os, "execve", no_exec)
+
+
 @pytest.fixture(scope="session")
 def vocab_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"

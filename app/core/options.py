@@ -447,8 +447,8 @@ _TABLE = (
            in_range(1, 10_000)),
     Option("jemalloc", True, "LD_PRELOAD jemalloc when Debian's libjemalloc2 is installed", _bool),
     Option("pid_file", None, "gunicorn master's pid file, read by spo reload (in a writable "
-           "directory that exists: checked before gunicorn starts)", _path,
-           doc_default="`/tmp/spo-service-<address>.pid`"),
+           "directory that exists; an existing file must hold a pid: checked before gunicorn "
+           "starts)", _path, doc_default="`$TMPDIR/spo-service-<address>.pid` (TMPDIR: /tmp unless set)"),
     # -- logs -----------------------------------------------------------------------------------------
     Option("log_format", "text", "text, or json for one JSON object per line (the service and every "
            "spo command)", **_choices(LOG_FORMATS)),

@@ -22,6 +22,7 @@ import importlib.resources
 import logging
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -97,19 +98,45 @@ def default_pid_file(address: str) -> Path:
 def pid_file_problem(pid_file: Path) -> str | None:
     """Why the master could not write ``pid_file`` (None: it can). gunicorn writes it through a
     temporary file in the same directory and makes no directory, so that one must exist and be
-    writable; asked before gunicorn starts (which would end in a traceback).
+    writable; asked before gunicorn starts (which would end in a traceback). An existing path must
+    be a pid file (a regular file holding a pid, or empty): gunicorn replaces whatever is there and
+    deletes it at exit, a device, a link or a file named by mistake included.
 
     >>> pid_file_problem(Path("/no/such/dir/spo.pid"))
     'the pid file /no/such/dir/spo.pid: /no/such/dir is not a directory'
+    >>> pid_file_problem(Path("/dev/null"))
+    'the pid file /dev/null exists and is not a regular file: gunicorn would replace it, then delete it'
     """
     folder = pid_file.parent
-    if not folder.is_dir():
-        return f"the pid file {pid_file}: {folder} is not a directory"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the pid file {pid_file}: {folder} is not writable"
-    if pid_file.is_dir():
-        return f"the pid file {pid_file} is a directory"
+    try:
+        if not folder.is_dir():
+            return f"the pid file {pid_file}: {folder} is not a directory"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"the pid file {pid_file}: {folder} is not writable"
+        try:
+            mode = pid_file.lstat().st_mode
+        except FileNotFoundError:
+            return None
+        if stat.S_ISDIR(mode):
+            return f"the pid file {pid_file} is a directory"
+        if not stat.S_ISREG(mode):
+            return (
+                f"the pid file {pid_file} exists and is not a regular file: gunicorn would replace "
+                "it, then delete it"
+            )
+        with pid_file.open("rb") as f:
+            head = f.read(_PID_FILE_MOST + 1)
+    except OSError as exc:
+        return f"the pid file {pid_file}: {exc.strerror or exc}"
+    if len(head) > _PID_FILE_MOST or not re.fullmatch(rb"\s*\d*\s*", head):
+        return (
+            f"the pid file {pid_file} exists and holds something other than a pid: gunicorn would "
+            "replace it, then delete it (name another file, or remove this one)"
+        )
     return None
+
+
+_PID_FILE_MOST = 64  # bytes: a pid file holds a number and a newline
 
 
 def openvino_models(settings: Settings) -> list[str]:

@@ -119,7 +119,7 @@ def render_nginx_conf(
     """``deploy/nginx.conf`` for ``listen`` (HOST:PORT, or PORT: ``listen_directives``, with ``ipv6``)
     in front of ``upstream`` (gunicorn's bind).
 
-    ``prefix`` holds the pid file, logs and temp files, so nginx runs without root. With
+    ``prefix`` holds the pid file and temp files, so nginx runs without root (it logs to stderr). With
     ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` it listens with TLS, and HTTP/2 as ``http2`` says
     (``nginx_http2``; None: HTTP/1.1 only). ``ValueError`` for a path nginx cannot be given.
     """

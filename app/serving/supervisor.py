@@ -3,7 +3,7 @@
 The production layout in one command. nginx listens on HOST:PORT, or with a bare PORT on every address,
 IPv6 too where the machine has it (``app.serving.nginx.listen_directives``). A private run directory (``mkdtemp``, mode 0711: nginx's
 workers may reach the socket but nobody may list the directory) holds gunicorn's socket and nginx's
-prefix (the rendered ``deploy/nginx.conf``, its pid file, logs and temp files). Both processes start in
+prefix (the rendered ``deploy/nginx.conf``, its pid file and temp files). Both processes start in
 their own process group, so a Ctrl-C in the terminal reaches only this supervisor, which then stops them
 in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it is killed.
 

@@ -248,7 +248,7 @@ def _closed(properties: dict[str, Any]) -> dict[str, Any]:
 
 # -- operations ----------------------------------------------------------------------------------
 # Stands, in an operation's codes, for what the edge may answer on every /v1/ operation before the
-# app sees it: a missing token (the app, with SPO_API_TOKENS), and nginx's per-client rate limit
+# app sees it: a missing token (the app, with SPO_AUTH_TOKENS), and nginx's per-client rate limit
 # (SPO_RATE_LIMIT applies to /v1/ only, deploy/nginx.conf).
 EDGE = "<edge>"
 # Every operation may meet malformed HTTP or fail unexpectedly.

@@ -189,10 +189,17 @@ def test_server_pid_file_the_master_cannot_write_is_refused_before_it_starts(
 ) -> None:
     """gunicorn makes no directory for its pid file: it ended in a traceback after starting."""
     (tmp_path / "notes.md").write_text("keep\n")
+    (tmp_path / "link.pid").symlink_to(tmp_path / "notes.md")
     for pid_file, problem in (
         (tmp_path / "run" / "spo.pid", f"{tmp_path / 'run'} is not a directory"),
         (tmp_path / "notes.md" / "spo.pid", f"{tmp_path / 'notes.md'} is not a directory"),
         (tmp_path, f"the pid file {tmp_path} is a directory"),
+        # gunicorn replaced whatever the path named and deleted it at exit: a file named by
+        # mistake, or /dev/null when run as root.
+        (tmp_path / "notes.md", "holds something other than a pid"),
+        (Path("/dev/null"), "exists and is not a regular file"),
+        (tmp_path / "link.pid", "holds something other than a pid"),  # a link to notes.md
+        (tmp_path / ("x" * 300), "File name too long"),
     ):
         result = CliRunner().invoke(
             main,
@@ -202,7 +209,12 @@ def test_server_pid_file_the_master_cannot_write_is_refused_before_it_starts(
         assert (
             result.exit_code == 2 and problem in result.output and "(SPO_PID_FILE)" in result.output
         )
+    assert (tmp_path / "notes.md").read_text() == "keep\n"
     assert pid_file_problem(tmp_path / "spo.pid") is None
+    # What a master left (a pid, or an empty file) is a pid file: remove_stale_pid_file's to judge.
+    for left in ("4242\n", ""):
+        (tmp_path / "spo.pid").write_text(left)
+        assert pid_file_problem(tmp_path / "spo.pid") is None
 
 
 def test_server_default_pid_file_is_per_address() -> None:

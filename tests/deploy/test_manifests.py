@@ -241,3 +241,15 @@ def test_compose_ports_health_and_grace_agree_with_the_app(client: FlaskClient) 
     assert grace > int(env["SPO_GRACEFUL_TIMEOUT"]) + SUPERVISOR_KILL_AFTER_S
     assert any(str(t).startswith(env["PROMETHEUS_MULTIPROC_DIR"]) for t in service["tmpfs"])
     assert any(str(v).endswith(":/models") or ":/models:" in str(v) for v in service["volumes"])
+    # The RSS watchdog retires a worker before the container's memory limit is reached (without
+    # the setting, its default of 4,096 MiB was over the 3 GiB limit: the OOM killer came first).
+    assert service["mem_limit"].endswith("g")
+    limit = int(service["mem_limit"][:-1]) << 30
+    cpus = float(service["cpus"])
+    machine = Machine(affinity=64, quota=Limit(cpus, "test"), memory=Limit(limit, "test"))
+    given = {k: str(v) for k, v in env.items() if k.startswith("SPO_")}
+    assert given.pop("SPO_MODELS") == "demo=/models/demo,ner=/models/ner"  # the image's, here:
+    given["SPO_MODELS"] = f"demo={DEMO_MODEL_DIR},ner={DEMO_NER_MODEL_DIR}"
+    settings = Settings.from_env(given)
+    sizing = plan(machine, worker_rss_mib=settings.sizing().worker_rss_mib)
+    assert sizing.workers * settings.max_worker_rss_mb * (1 << 20) < limit, sizing.lines()
