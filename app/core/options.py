@@ -233,7 +233,10 @@ def _bind(value: str) -> list[str]:
 
 
 def _existing_file(value: Path) -> list[str]:
-    return [] if value.is_file() else [f"not a file: {value}"]
+    try:
+        return [] if value.is_file() else [f"not a file: {value}"]
+    except OSError as exc:  # a name too long, a folder this user may not enter
+        return [f"cannot read {value}: {exc.strerror or exc}"]
 
 
 def _rewrites(names: tuple[str, ...]) -> list[str]:

@@ -23,6 +23,7 @@ directory's base name. ``Settings.model_table`` is the resolved list either way.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -174,7 +175,7 @@ class Settings:
         if machine is None and cached is not None:
             return cached
         explicit = not self.workers_auto
-        served = [(n, d) for n, d in self.model_table if (d / "model.json").is_file()]
+        served = [(n, d) for n, d in self.model_table if _model_dir_problem(d) is None]
         machine = machine or Machine.probe()
         workers = self.workers if explicit and self.workers > 0 else None
 
@@ -434,8 +435,14 @@ class Settings:
         unknown = sorted(
             k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in SETTINGS
         )
-        if unknown and only is None:
-            logger.warning("ignoring unknown variables (typo?): %s", ", ".join(unknown))
+        if only is None:
+            # A near miss of a setting is a typo that would leave its default in force (a misspelt
+            # SPO_AUTH_TOKENS served without authentication): refused. Others (Kubernetes's service
+            # links, SPO_SERVICE_PORT...) are told and ignored.
+            misspelt = misspelt_settings(unknown)
+            problems += [f"{k}: not a setting; did you mean {m}?" for k, m in misspelt.items()]
+            if rest := [k for k in unknown if k not in misspelt]:
+                logger.warning("ignoring unknown variables: %s", ", ".join(rest))
         # Fields that parsed are still validated, so one run reports parse and range problems together.
         try:
             settings = cls(**values, require_model=require_model)
@@ -490,16 +497,34 @@ _PATH_FIELDS = ("model_dir", "auth_tokens_file", "tls_cert", "tls_key", "pid_fil
 _BOTH = "SPO_MODELS: set SPO_MODELS or SPO_MODEL_DIR (its one-model shorthand), not both"
 
 
+def misspelt_settings(names: Iterable[str]) -> dict[str, str]:
+    """The names among ``names`` that are a near miss of a setting's variable, with that variable.
+
+    >>> misspelt_settings(["SPO_AUTH_TOKEN", "SPO_WORKER", "SPO_SERVICE_PORT", "SPO_PORT_80_TCP"])
+    {'SPO_AUTH_TOKEN': 'SPO_AUTH_TOKENS', 'SPO_WORKER': 'SPO_WORKERS'}
+    """
+    known = [option.var for option in SETTINGS.values()]
+    found = {name: difflib.get_close_matches(name, known, n=1, cutoff=0.8) for name in names}
+    return {name: match[0] for name, match in found.items() if match}
+
+
 def _with_both(problems: list[str], both: bool) -> list[str]:
     return [*problems, _BOTH] if both and _BOTH not in problems else problems
 
 
 def _model_dir_problem(directory: Path) -> str | None:
-    if not directory.is_dir():
-        hint = f" (no model given: {MODEL_SETTINGS_HINT})" if directory == DEFAULT_MODEL_DIR else ""
-        return f"not a directory: {directory}{hint}"
-    if not (directory / "model.json").is_file():
-        return f"no model.json in {directory}"
+    try:  # a name too long, a folder this user may not enter: one line, not a traceback
+        if not directory.is_dir():
+            hint = (
+                f" (no model given: {MODEL_SETTINGS_HINT})"
+                if directory == DEFAULT_MODEL_DIR
+                else ""
+            )
+            return f"not a directory: {directory}{hint}"
+        if not (directory / "model.json").is_file():
+            return f"no model.json in {directory}"
+    except OSError as exc:
+        return f"cannot read {directory}: {exc.strerror or exc}"
     return None
 
 

@@ -164,8 +164,43 @@ def test_settings_blank_means_default(model_dir: Path) -> None:
 
 def test_settings_unknown_variable_warns(model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="app.core.settings"):
-        Settings.from_env(env(model_dir, max_text="5"))
-    assert "SPO_MAX_TEXT" in caplog.text
+        Settings.from_env(env(model_dir, service_port="80", port_8080_tcp_addr="10.0.0.1"))
+    assert "ignoring unknown variables: SPO_PORT_8080_TCP_ADDR, SPO_SERVICE_PORT" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("auth_token", "SPO_AUTH_TOKENS"),
+        ("metrics_tokens", "SPO_METRICS_TOKEN"),
+        ("auth_token_file", "SPO_AUTH_TOKENS_FILE"),
+        ("max_text", "SPO_MAX_TEXTS"),
+    ],
+)
+def test_settings_a_near_miss_of_a_setting_is_refused_as_a_typo(
+    model_dir: Path, typo: str, meant: str
+) -> None:
+    """A misspelt guard started the server without it, with a warning only: authentication off."""
+    with pytest.raises(
+        SettingsError, match=f"SPO_{typo.upper()}: not a setting; did you mean {meant}"
+    ):
+        Settings.from_env(env(model_dir, **{typo: "abcdefghijklmnop0123"}))
+    # Only the whole parse judges: a command reading a few settings leaves the others to the server.
+    Settings.from_env(env(model_dir, **{typo: "x"}), only=("model_dir",))
+
+
+@pytest.mark.parametrize("variable", ["SPO_MODEL_DIR", "SPO_MODELS", "SPO_TLS_CERT"])
+def test_settings_a_path_that_cannot_be_looked_at_is_named_not_a_traceback(
+    model_dir: Path, variable: str
+) -> None:
+    too_long = "/tmp/" + "a" * 300
+    value = f"m={too_long}" if variable == "SPO_MODELS" else too_long
+    given = {"SPO_TLS_KEY": str(model_dir / "model.json")} if variable == "SPO_TLS_CERT" else {}
+    base = {} if variable in ("SPO_MODEL_DIR", "SPO_MODELS") else {"SPO_MODEL_DIR": str(model_dir)}
+    with pytest.raises(
+        SettingsError, match=f"{variable}: .*cannot read {too_long}: File name too long"
+    ):
+        Settings.from_env({**base, **given, variable: value})
 
 
 def test_settings_explicit_intra_op_threads(model_dir: Path) -> None:
