@@ -240,8 +240,9 @@ def read_bert_config(path: str | Path, vocab_tokens: int) -> dict[str, Any]:
 
 def saved_arrays(weights: Path) -> int:
     """How many weight arrays ``model.save_weights`` wrote to ``weights``: the datasets of an
-    ``.h5`` / ``.weights.h5`` file, or a TF checkpoint's variable values (an optimizer's slots and
-    the save counter not counted)."""
+    ``.h5`` file, those of a ``.weights.h5`` file's model (its ``layers`` and ``vars``: a compiled
+    model's file also holds its optimizer's and its metrics' state), or a TF checkpoint's variable
+    values (an optimizer's slots and the save counter not counted)."""
     if weights.is_file():
         import h5py
 
@@ -250,6 +251,8 @@ def saved_arrays(weights: Path) -> int:
             handle.visititems(
                 lambda name, item: found.append(name) if isinstance(item, h5py.Dataset) else None
             )
+            if weights.name.endswith(".weights.h5") and "layers" in handle:
+                found = [name for name in found if name.startswith(("layers/", "vars/"))]
         return len(found)
     import tensorflow as tf
 

@@ -82,8 +82,14 @@ def test_export_schema_or_vocab_not_utf8_is_named_with_its_line(
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("fmt", ["duie-jsonl", "json-list"])
-def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "compiled"), [("duie-jsonl", False), ("json-list", False), ("json-list", True)]
+)
+def test_export_user_model_scores_match_keras(
+    tmp_path: Path, vocab_path: Path, fmt: str, compiled: bool
+) -> None:
+    """``compiled``: the weights of a model trained with ``compile`` + ``fit`` (its .weights.h5 file
+    also holds the optimizer's and the metrics' state: it was refused, 156 arrays for 49)."""
     import tensorflow as tf
 
     import nlp  # noqa: F401
@@ -96,6 +102,16 @@ def test_export_user_model_scores_match_keras(tmp_path: Path, vocab_path: Path, 
     tf.random.set_seed(3)
     model = build_gplinker(config, len(TINY_PREDICATES), head_size=16)
     weights = tmp_path / "best_model.weights.h5"
+    if compiled:
+        from training.train import globalpointer_crossentropy
+
+        model.compile(loss=[globalpointer_crossentropy] * 3, optimizer="adam", metrics=["mae"])
+        x = np.array([[2, 40, 41, 3]], dtype=np.int32)
+        y = [
+            np.zeros((1, n, 4, 4), dtype=np.float32)
+            for n in (2, len(TINY_PREDICATES), len(TINY_PREDICATES))
+        ]
+        model.train_on_batch([x, np.zeros_like(x)], y)
     model.save_weights(str(weights))
     ids = np.array([[2, 40, 41, 42, 43, 3] + [0] * 10, [2, 50, 51, 3] + [0] * 12], dtype=np.int32)
     # Before exporting: building in a TF1 graph invalidates Keras models made outside it.
