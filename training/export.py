@@ -182,14 +182,15 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
         obj = item.get("object_type", "")
         if isinstance(obj, dict):
             obj = obj.get("@value", next(iter(obj.values()), ""))
-        predicates.setdefault(
-            str(item["predicate"]),
-            {
-                "predicate": str(item["predicate"]),
-                "subject_type": str(item.get("subject_type", "")),
-                "object_type": str(obj),
-            },
-        )
+        entry = {
+            "predicate": item["predicate"],
+            "subject_type": item.get("subject_type", ""),
+            "object_type": obj,
+        }
+        for field, value in entry.items():
+            if not isinstance(value, str):  # a null was written as the type "None"
+                raise ValueError(f"{path}: entry {i}: {field} is not a string: {value!r}")
+        predicates.setdefault(entry["predicate"], entry)
     return Task.TRIPLES, list(predicates.values())
 
 

@@ -47,6 +47,18 @@ def test_export_read_schema_entity_types_and_duie2_objects(tmp_path: Path) -> No
     (tmp_path / "bad.json").write_text('[{"subject_type": "人物"}]', encoding="utf-8")
     with pytest.raises(ValueError, match="predicate"):
         read_schema(tmp_path / "bad.json")
+    # A JSON null was exported as the name "None".
+    for field, value in (
+        ("predicate", None),
+        ("subject_type", None),
+        ("object_type", {"@value": None}),
+        ("predicate", 7),
+    ):
+        entry = {**line, field: value}
+        (tmp_path / "null.json").write_text(json.dumps(entry), encoding="utf-8")
+        shown = value["@value"] if isinstance(value, dict) else value
+        with pytest.raises(ValueError, match=f"entry 0: {field} is not a string: {shown!r}"):
+            read_schema(tmp_path / "null.json")
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a": 1}\n' + "[" * 100_000, "1" * 5000])
