@@ -14,8 +14,8 @@ What it does, in order:
    reshapes, so each MatMul + BiasAdd pair is one pattern the quantizer can fuse).
 3. Calibrates on real text: the calibration sentences are tokenized, windowed at the model's
    ``max_length`` and padded to the served bucket lengths, exactly as the service feeds the model,
-   and run one at a time through Intel Neural Compressor's default ``StaticQuantConfig`` (int8
-   weights and activations, per-tensor, symmetric, min-max). Every Dense becomes ``QuantizeV2`` +
+   and run one at a time through Intel Neural Compressor's default ``StaticQuantConfig`` (per-tensor
+   min-max: int8 weights, symmetric; uint8 activations, asymmetric, TensorFlow's MIN_FIRST mode). Every Dense becomes ``QuantizeV2`` +
    ``QuantizedMatMulWithBiasAndDequantize``; attention and pointer Einsums stay fp32.
 4. Writes a SavedModel with the parent's tensor names and ``serving_default`` signature, its large
    constants (int8 weights, embeddings) turned back into variables (``_save`` says why: memory),
@@ -55,7 +55,7 @@ EXTRA_HINT = (
     f"spo quantize needs the optional extra {TOOL}=={TOOL_VERSION}: "
     "pip install 'spo-service[quantize]' (in a checkout: make extra-quantize)"
 )
-SCHEME = "static int8, per-tensor symmetric min-max weights and activations"
+SCHEME = "static, per-tensor min-max: int8 symmetric weights, uint8 asymmetric activations (MIN_FIRST)"
 DEFAULT_CALIBRATION_TEXTS = 200
 DEFAULT_CALIBRATION_SEED = 3
 MAX_CALIBRATION_TEXTS = 1000

@@ -18,7 +18,7 @@ from nlp import engine
 from tests import PROJECT_ROOT
 from training import quantize as quantize_module
 from training.conversion import check_conversion
-from training.quantize import QuantizeError, read_calibration
+from training.quantize import SCHEME, QuantizeError, read_calibration
 
 DEMO = PROJECT_ROOT / "models" / "demo"
 EVERYDAY = PROJECT_ROOT / "tests" / "training" / "data" / "everyday.jsonl"
@@ -330,6 +330,20 @@ def test_quantize_writes_an_int8_model_directory_that_records_its_making(
     assert made["parent"]["saved_model_sha256"] == sha256_file(DEMO / "saved_model.pb")
     # Every Dense of the demo encoder and heads (6 layers x 6 + 3 heads x 2) runs in int8.
     assert made["quantized_ops"] == 42
+    # The recorded scheme is the graph's (it said symmetric activations: they are MIN_FIRST uint8).
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((int8_demo_dir / "saved_model.pb").read_bytes())
+    nodes = saved.meta_graphs[0].graph_def.node
+    dtype = lambda node, attr: tf.dtypes.as_dtype(node.attr[attr].type).name  # noqa: E731
+    activations = {
+        (n.attr["mode"].s.decode(), dtype(n, "T")) for n in nodes if n.op == "QuantizeV2"
+    }
+    weights = {dtype(n, "T2") for n in nodes if n.op == "QuantizedMatMulWithBiasAndDequantize"}
+    assert (activations, weights) == ({("MIN_FIRST", "quint8")}, {"qint8"})
+    assert made["scheme"] == SCHEME and "int8 symmetric weights, uint8 asymmetric" in SCHEME
     assert manifest.labels == parent.labels and manifest.length_buckets == parent.length_buckets
     assert manifest.vocab_path == (int8_demo_dir / "vocab.txt").resolve()
     # The weights are variables again (held once when served), not constants in saved_model.pb.
