@@ -46,7 +46,7 @@ from nlp.tf_graph import (
     check_extra_rewrites,
     frozen_graph_def,
     lookup_table,
-    position_table,
+    max_length_problem,
     quiet_tf_logger,
 )
 
@@ -338,18 +338,11 @@ class SessionRuntime(WarmedShapes):
 
     def _check_max_length(self) -> None:
         """The longest shape fits the position embeddings, where the graph has them
-        (``nlp.tf_graph.position_table``)."""
-        table = position_table(self._graph)
+        (``nlp.tf_graph.max_length_problem``)."""
         longest = max((length for _, length in self.shapes), default=0)
-        if table is None or longest <= table[1]:
-            return
-        name, rows = table
-        raise ModelLoadError(
-            f"{self.model_dir}: model.json's max_length {longest} is more than the {rows} "
-            f"positions of the model's position embeddings ({name}): set max_length, and the "
-            f"last of length_buckets, to at most {rows}",
-            field="max_length",
-        )
+        problem = max_length_problem(self._graph, longest, self.model_dir)
+        if problem is not None:
+            raise ModelLoadError(problem, field="max_length")
 
     def _reload_frozen(
         self,

@@ -197,6 +197,8 @@ _PASS_THROUGH = frozenset({"Cast", "Identity"})
 _GATHERS = frozenset({"ResourceGather", "GatherV2", "Gather"})
 # bert4keras's BERT position embeddings (absolute, one row per position); other encoders have none.
 POSITION_TABLE = "Embedding-Position/embeddings"
+# bert4keras's token embeddings: what the token ids index, found by name where no gather shows it.
+TOKEN_TABLE = "Embedding-Token/embeddings"
 
 
 def _rows(table: Any) -> int | None:
@@ -213,7 +215,8 @@ def _rows(table: Any) -> int | None:
 
 def lookup_table(ids: Any) -> tuple[str, int] | None:
     """``(name, rows)`` of the table that the tensor ``ids`` index: the first gather reached from
-    it through casts; None where the graph does not show it (a TF2 export's is in a function)."""
+    it through casts; where the graph does not show one (a TF2 export's is in a function),
+    bert4keras's token embeddings (``TOKEN_TABLE``); None where there is neither."""
     pending, seen = [ids], set()
     while pending:
         tensor = pending.pop()
@@ -224,15 +227,33 @@ def lookup_table(ids: Any) -> tuple[str, int] | None:
             if op.type in _PASS_THROUGH and op.name not in seen:
                 seen.add(op.name)
                 pending.extend(op.outputs)
-    return None
+    return _named_table(ids.graph, TOKEN_TABLE)
+
+
+def _named_table(graph: Any, name: str) -> tuple[str, int] | None:
+    try:
+        op = graph.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return None
+    rows = _rows(op.outputs[0])
+    return None if rows is None else (name, rows)
 
 
 def position_table(graph: Any) -> tuple[str, int] | None:
     """``(name, rows)`` of the graph's position embeddings (bert4keras's ``POSITION_TABLE``): the
     longest input it can embed; None where it has none or its size is not static."""
-    try:
-        op = graph.get_operation_by_name(POSITION_TABLE)
-    except (KeyError, ValueError):
+    return _named_table(graph, POSITION_TABLE)
+
+
+def max_length_problem(graph: Any, longest: int, model_dir: Any) -> str | None:
+    """Why inputs of ``longest`` tokens do not fit the graph's position embeddings (None: they do,
+    or the graph has none that ``position_table`` can read)."""
+    table = position_table(graph)
+    if table is None or longest <= table[1]:
         return None
-    rows = _rows(op.outputs[0])
-    return None if rows is None else (POSITION_TABLE, rows)
+    name, rows = table
+    return (
+        f"{model_dir}: model.json's max_length {longest} is more than the {rows} positions of "
+        f"the model's position embeddings ({name}): set max_length, and the last of "
+        f"length_buckets, to at most {rows}"
+    )

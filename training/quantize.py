@@ -55,7 +55,9 @@ EXTRA_HINT = (
     f"spo quantize needs the optional extra {TOOL}=={TOOL_VERSION}: "
     "pip install 'spo-service[quantize]' (in a checkout: make extra-quantize)"
 )
-SCHEME = "static, per-tensor min-max: int8 symmetric weights, uint8 asymmetric activations (MIN_FIRST)"
+SCHEME = (
+    "static, per-tensor min-max: int8 symmetric weights, uint8 asymmetric activations (MIN_FIRST)"
+)
 DEFAULT_CALIBRATION_TEXTS = 200
 DEFAULT_CALIBRATION_SEED = 3
 MAX_CALIBRATION_TEXTS = 1000
@@ -232,7 +234,7 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
     from nlp.engine import check_output_heads, first_line, signature_inputs
     from nlp.errors import ModelLoadError
     from nlp.runtime import SIGNATURE, tensor_heads
-    from nlp.tf_graph import freeze_graph_def
+    from nlp.tf_graph import freeze_graph_def, max_length_problem
 
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph) as session:
@@ -243,6 +245,10 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
             raise QuantizeError(
                 f"{manifest.directory}: TensorFlow cannot load its SavedModel: {first_line(exc)}"
             ) from None
+        # As loading checks it: calibration pads to the longest bucket, past the positions there.
+        problem = max_length_problem(graph, max(manifest.length_buckets), manifest.directory)
+        if problem is not None:
+            raise QuantizeError(problem)
         signature = meta.signature_def.get(SIGNATURE)
         if manifest.input_names is not None:
             inputs = list(manifest.input_names)
@@ -285,9 +291,19 @@ def _load_frozen(manifest: Manifest) -> tuple[Any, list[str], list[str], dict[st
         except (ValueError, TypeError, tf.errors.OpError) as exc:
             raise QuantizeError(
                 f"{manifest.directory}: the graph cannot be frozen ({str(exc).splitlines()[0]}); "
-                "quantize a graph export (spo export --mode graph)"
+                f"{GRAPH_EXPORT_HINT}"
             ) from None
+    calls = sorted({n.op for n in graph_def.node if n.op in _FUNCTION_CALLS})
+    if calls:  # the quantizer sees one opaque call and fails deep inside, in a page of traceback
+        raise QuantizeError(
+            f"{manifest.directory}: its model runs inside a TF2 function ({', '.join(calls)}: "
+            f"spo export --mode tf2), which the quantizer cannot see into; {GRAPH_EXPORT_HINT}"
+        )
     return graph_def, inputs, outputs, dtypes
+
+
+GRAPH_EXPORT_HINT = "quantize a graph export (spo export --mode graph)"
+_FUNCTION_CALLS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
 
 
 def quantize_graph(

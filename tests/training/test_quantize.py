@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -105,6 +106,42 @@ def test_quantize_calibration_texts_with_no_token_are_refused(
     ):
         quantize(triples_model_dir, tmp_path / "out", calibration=blank)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def quantizer_here() -> None:
+    from nlp.engine import int8_support
+    from training.quantize import tool_version
+
+    if int8_support() is not None:
+        pytest.skip(f"this machine cannot run int8 models: {int8_support()}")
+    try:
+        tool_version()
+    except QuantizeError as exc:  # make test-fast's venv has no quantize extra
+        pytest.skip(str(exc))
+
+
+def test_quantize_refuses_what_the_loader_refuses_in_one_line(
+    tmp_path: Path, make_model_dir: Any, quantizer_here: None
+) -> None:
+    """A TF2 export (the quantizer saw one opaque function call) and a max_length past the
+    position embeddings (calibration padded past them) each ended in pages of tracebacks."""
+    import shutil
+
+    tf2 = make_model_dir("triples", mode="tf2")
+    long = tmp_path / "long"
+    shutil.copytree(make_model_dir("triples"), long)
+    doc = json.loads((long / "model.json").read_text(encoding="utf-8"))
+    doc.update(max_length=520, length_buckets=[*doc["length_buckets"], 520])
+    (long / "model.json").write_text(json.dumps(doc), encoding="utf-8")
+    for model, message in (
+        (tf2, "runs inside a TF2 function (StatefulPartitionedCall: spo export --mode tf2)"),
+        (long, "model.json's max_length 520 is more than the 512 positions"),
+    ):
+        result = CliRunner().invoke(main, ["quantize", str(model), str(tmp_path / "out")])
+        assert result.exit_code == 1 and message in result.output, result.output
+        assert "Traceback" not in result.output and result.output.count("\n") == 1
+        assert not (tmp_path / "out").exists()
 
 
 def test_quantize_default_calibration_is_the_demo_corpus() -> None:
