@@ -18,7 +18,8 @@ command in a second shell) is refused at once. Two writers would each write at t
 and interleave their records (with ``--force`` and other options: a file of both runs' lines). The
 lock belongs to the open file, so a killed run leaves none behind. Nothing is truncated until
 ``open``, after the model has loaded: a run that stops before (its model fails to load, Ctrl-C)
-leaves the output as it found it, and removes what its claim created.
+leaves the output as it found it, and removes what its claim created; so does one that stops before
+its first window is written (an input that turns out unreadable when it is read).
 
 The checkpoint's name is the output's plus ``.checkpoint.json`` (and ``.tmp`` while it is
 replaced): an output whose name leaves no room for that within the file system's limit is refused
@@ -320,7 +321,9 @@ class FileOutput(Output):
             os.ftruncate(fd, 0)
             os.fsync(fd)
             _fsync_dir(self.path.parent)
-        self._made.clear()  # written now: kept for --resume whatever happens next
+        # What claim() created stays removable until the first window is written (then it is kept
+        # for --resume whatever happens next): a run that stops before (an input found unreadable
+        # as it is read, Ctrl-C) leaves nothing to resume, and nothing behind.
 
     def write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
         try:
@@ -343,16 +346,18 @@ class FileOutput(Output):
         cp.errors += errors
         cp.last_id = last_id
         cp.save(self.sidecar)
+        self._made.clear()
 
     def finish(self) -> None:
         """The run is complete: drop the checkpoint, then close the file (and so unlock it)."""
         self.sidecar.unlink(missing_ok=True)
         _fsync_dir(self.path.parent)
+        self._made.clear()  # complete, if empty (an input of no record): kept
         self.abort()
 
     def abort(self) -> None:
         """Close (and so unlock), keeping the checkpoint: ``--resume`` continues from the last whole
-        window. Before ``open``, what ``claim`` created is removed first, under the lock."""
+        window. Before the first window, what ``claim`` created is removed first, under the lock."""
         if self.fd is None:
             return
         for made in reversed(self._made):

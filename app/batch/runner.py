@@ -249,6 +249,9 @@ def run_batch(
             prints.append(fingerprint(source))
         except OSError as exc:
             raise InputError(f"cannot read input {source.name}: {exc.strerror or exc}") from exc
+    for source in sources:  # a UTF-16 file, refused before the model loads (stdin: as it is read)
+        if not (source.is_stdin or source.is_stream):
+            open_binary(source).close()
     run_print = _run_fingerprint(options, sources, prints)
     output = _output(options, run_print, stdout)
     output.claim()  # before the model loads: a refused run is refused at once, and stays refused

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import gzip
+import io
 import json
 import os
 import random
@@ -61,6 +62,39 @@ def check_offsets(texts: dict[Any, str], records: list[dict[str, Any]]) -> None:
     for rec in records:
         for entity in rec.get("entities", []):
             assert texts[rec["id"]][entity["start"] : entity["end"]] == entity["text"]
+
+
+def test_batch_a_utf16_input_leaves_no_output_to_resume(tmp_path: Path) -> None:
+    """A UTF-16 file was found unreadable after the model loaded and the output opened: it left an
+    empty output and a checkpoint of nothing, and the same command (the input converted) then
+    needed --force. A file is refused before the model loads; stdin, found as it is read, takes
+    back what its run made."""
+    wide = tmp_path / "in.txt"
+    wide.write_bytes("\ufeff李白出生于碎叶城。\n".encode("utf-16"))
+    loads: list[Any] = []
+
+    def factory(options: Any) -> Any:
+        loads.append(options)
+        return FAKE(options)
+
+    with pytest.raises(InputError, match="is UTF-16 or UTF-32"):
+        run(tmp_path, [wide], factory=factory)
+    assert loads == [] and not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(InputError, match=r"stdin \(-\) is UTF-16 or UTF-32"):
+        run_batch(
+            BatchOptions(
+                inputs=("-",), output=str(tmp_path / "out.jsonl"), model_dir=tmp_path, workers=0
+            ),
+            factory=FAKE,
+            stdin=io.BytesIO(wide.read_bytes()),
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    wide.write_text("李白出生于碎叶城。\n", encoding="utf-8")  # converted: the same command runs
+    assert len(lines(run(tmp_path, [wide]))) == 1
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")  # no record, no window: a complete, empty output all the same
+    assert run(tmp_path, [empty], name="none.jsonl").read_bytes() == b""
+    assert not (tmp_path / "none.jsonl.checkpoint.json").exists()
 
 
 def test_batch_txt_order_ids_and_offsets_across_windows(tmp_path: Path) -> None:
