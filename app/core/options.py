@@ -531,6 +531,8 @@ class OptionType(click.ParamType[Any]):
 
 def _click_option(option: Option, command: str) -> Decorator:
     help_text = option.help
+    if re.match(r"[a-z]+('s)?\b(?![_:])", help_text):  # a sentence, as click's others; not a name
+        help_text = help_text[:1].upper() + help_text[1:]
     if not help_text.endswith("."):
         help_text += "."
     if option.env and command in ENV_COMMANDS:
@@ -540,7 +542,9 @@ def _click_option(option: Option, command: str) -> Decorator:
         kwargs["is_flag"] = True
     else:
         kwargs["type"] = click.Choice(option.choices) if option.choices else OptionType(option)
-        kwargs["metavar"] = option.metavar or kwargs["type"].name.upper()
+        # Choices are listed (click's own [a|b], which a metavar would replace).
+        choices = f"[{'|'.join(option.choices)}]" if option.choices else None
+        kwargs["metavar"] = option.metavar or choices or kwargs["type"].name.upper()
         kwargs["default"] = option.default
         if command in ENV_COMMANDS:
             # The flag's text stands in for the variable's and is parsed and checked with every other
