@@ -146,6 +146,8 @@ class BatchOptions:
             out.append("--record-timeout must be between 0 (none) and 86400 seconds")
         if self.resume and self.output == "-":
             out.append("--resume needs an output file (-o), not stdout")
+        if self.resume and self.force:
+            out.append("--resume and --force exclude each other")
         if not self.output:
             out.append("-o is an empty name: give a file, or - for stdout")
         elif self.output != "-":

@@ -333,6 +333,7 @@ def test_batch_cli_strict_exits_non_zero_on_error_records(fake_cli: CliRunner) -
         (["--shard", "4/3"], "1 <= K <= N"),
         (["--shard", "x"], "K/N"),
         (["--resume"], "needs an output file"),
+        (["-o", "out.jsonl", "--resume", "--force"], "--resume and --force exclude each other"),
         (["-", "-"], "only once"),
         # No worker process to replace: the limits were silently ignored.
         (["--workers", "0", "--recycle-after", "1"], "--recycle-after replaces worker processes"),
