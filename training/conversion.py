@@ -113,6 +113,6 @@ def replaceable(out: str | Path, *, force: bool, inputs: Sequence[str | Path] = 
     if (out / MANIFEST_NAME).is_file() or not any(out.iterdir()):
         return None
     return (
-        f"{out} is not a model directory (no {MANIFEST_NAME} in it) and not empty: it is never "
-        "replaced, even with --force; choose another directory"
+        f"{out} is not a model directory (no {MANIFEST_NAME} in it) and not empty: a model is "
+        "never written over other files; choose another directory"
     )

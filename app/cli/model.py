@@ -376,7 +376,7 @@ def train_command(
             bert_config=bert_config,
         )
     except ValueError as exc:  # NaN and other values click's ranges let through
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(_as_flags(str(exc))) from None
     try:
         with _sigterm_unwinds():
             result = train(config)
@@ -385,6 +385,33 @@ def train_command(
     except OSError as exc:  # a full disk at the end: the directory at --out is as it was
         raise _conversion_failed(out, exc) from None
     click.echo(f"model written to {result}")
+
+
+# TrainConfig's fields as spo train's flags name them, for its problems (``TrainConfig.problems``).
+_TRAIN_FLAGS = {
+    "learning_rate": "--lr",
+    "warmup_steps": "--warmup",
+    **{
+        name: "--" + name.replace("_", "-")
+        for name in (
+            "epochs", "batch_size", "max_steps", "dropout", "token_noise", "ema", "max_minutes",
+            "serve_length",
+        )
+    },
+}  # fmt: skip
+
+
+def _as_flags(problems: str) -> str:
+    """``TrainConfig``'s problems with each leading field named as its flag.
+
+    >>> _as_flags("learning_rate must be a positive finite number, got 0.0; ema must be 0 to 0.9999")
+    '--lr must be a positive finite number, got 0.0; --ema must be 0 to 0.9999'
+    """
+    out = []
+    for problem in problems.split("; "):
+        name, _, rest = problem.partition(" ")
+        out.append(f"{_TRAIN_FLAGS.get(name, name)} {rest}" if rest else problem)
+    return "; ".join(out)
 
 
 @click.command("evaluate")

@@ -412,15 +412,15 @@ def test_modelcli_train_threshold_reaches_the_config(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--lr", "nan"], "learning_rate must be a positive finite number, got nan"),
-        (["--lr", "0"], "learning_rate must be a positive finite number, got 0.0"),
-        (["--lr", "-1e-3"], "learning_rate must be a positive finite number"),
-        (["--lr", "inf"], "learning_rate must be a positive finite number, got inf"),
-        (["--max-minutes", "0"], "max_minutes must be a positive finite number"),
-        (["--max-minutes", "nan"], "max_minutes must be a positive finite number"),
-        (["--dropout", "nan"], "dropout must be 0 to 0.9, got nan"),
-        (["--token-noise", "nan"], "token_noise must be 0 to 0.5, got nan"),
-        (["--ema", "nan"], "ema must be 0 to 0.9999, got nan"),
+        (["--lr", "nan"], "--lr must be a positive finite number, got nan"),
+        (["--lr", "0"], "--lr must be a positive finite number, got 0.0"),
+        (["--lr", "-1e-3"], "--lr must be a positive finite number"),
+        (["--lr", "inf"], "--lr must be a positive finite number, got inf"),
+        (["--max-minutes", "0"], "--max-minutes must be a positive finite number"),
+        (["--max-minutes", "nan"], "--max-minutes must be a positive finite number"),
+        (["--dropout", "nan"], "--dropout must be 0 to 0.9, got nan"),
+        (["--token-noise", "nan"], "--token-noise must be 0 to 0.5, got nan"),
+        (["--ema", "nan"], "--ema must be 0 to 0.9999, got nan"),
     ],
 )
 def test_modelcli_train_refuses_what_click_ranges_let_through(
