@@ -45,9 +45,18 @@ from typing import Any
 
 from app.core.problems import CATALOGUE, INTERNAL_ERROR
 from nlp.config import LoadOptions
-from nlp.errors import DeadlineExceeded, ModelLoadError, SpoError
+from nlp.errors import (
+    DeadlineExceeded,
+    ManifestError,
+    ModelLoadError,
+    SpoError,
+    UnsupportedPrecision,
+)
 from nlp.protocols import ExtractorLike, merge_plans
 from nlp.values import Failure, Outcome
+
+# A worker's load error, raised again in the parent as what it was (its code is the run's message).
+_LOAD_ERRORS = {cls.code: cls for cls in (ModelLoadError, ManifestError, UnsupportedPrecision)}
 
 logger = logging.getLogger(__name__)
 
@@ -173,8 +182,8 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
 
     try:
         extractor = factory(spec.options)
-    except SpoError as exc:
-        _tell(conn, ("failed", f"{exc.code}: {exc.message}"))
+    except SpoError as exc:  # told as itself: the run stops with the same line as --workers 0
+        _tell(conn, ("failed", f"{exc.code}: {exc.message}", exc.code, exc.message, exc.field))
         return
     except Exception:
         _tell(conn, ("failed", traceback.format_exc()))
@@ -301,6 +310,9 @@ class ProcessExecutor:
             if message[0] == "ready":
                 worker.ready = True
                 return
+            if len(message) == 5:  # a load error of the model's own
+                _, _, code, text, field = message
+                raise _LOAD_ERRORS.get(code, ModelLoadError)(text, field=field)
             raise ModelLoadError(f"worker could not load the model: {message[1]}")
         if not worker.process.is_alive():
             raise ModelLoadError(

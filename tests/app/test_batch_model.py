@@ -154,3 +154,27 @@ def test_batch_model_workers_and_kill_resume_are_byte_identical(
     resumed = subprocess.run([*cmd, "--resume"], cwd=ROOT, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     assert out.read_bytes() == ref
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_batch_model_a_bad_model_stops_the_run_with_its_own_code(
+    triples_model_dir: Path, tmp_path: Path, workers: str
+) -> None:
+    """In a worker process, a manifest error was told as ``model_load_error: worker could not load
+    the model: invalid_manifest: ...``; in this process, as ``invalid_manifest: ...`` (what
+    docs/batch.md says a run's message starts with)."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(triples_model_dir, model)
+    doc = json.loads((model / "model.json").read_text(encoding="utf-8"))
+    doc["treshold"] = doc.pop("threshold")
+    (model / "model.json").write_text(json.dumps(doc), encoding="utf-8")
+    (tmp_path / "in.txt").write_text("李白\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        main, ["extract", str(tmp_path / "in.txt"), "-m", str(model), "--workers", workers,
+               "-o", str(tmp_path / "out.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: invalid_manifest: model.json: field 'treshold'")
+    assert not (tmp_path / "out.jsonl").exists()
