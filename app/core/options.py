@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,22 @@ def address_problem(address: str, pattern: re.Pattern[str], expected: str) -> st
 
 def _bind(value: str) -> list[str]:
     problem = address_problem(value, _BIND, "HOST:PORT or unix:PATH")
+    if problem is None and value.startswith("unix:"):
+        problem = _socket_path_problem(Path(value.removeprefix("unix:")))
     return [] if problem is None else [problem]
+
+
+def _socket_path_problem(path: Path) -> str | None:
+    """gunicorn replaces a socket left at ``path`` and refuses anything else, in a traceback."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot use {path}: {exc.strerror or exc}"
+    if stat.S_ISSOCK(mode):
+        return None
+    return f"{path} exists and is not a socket: name a free path for gunicorn's socket"
 
 
 def _existing_file(value: Path) -> list[str]:

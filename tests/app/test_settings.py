@@ -500,3 +500,18 @@ def test_settings_both_model_variables_are_refused_whatever_they_name(model_dir:
         with pytest.raises(SettingsError, match="not both") as caught:
             Settings.from_env({"SPO_MODEL_DIR": str(named), "SPO_MODELS": f"m={model_dir}"})
         assert str(caught.value).count("not both") == 1
+
+
+def test_settings_a_unix_bind_over_a_file_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    """gunicorn refused it after the start, in a ValueError traceback ("... is not a socket");
+    a socket left by an earlier run is fine (gunicorn replaces it)."""
+    import socket
+
+    (tmp_path / "notes").write_text("keep\n")
+    with pytest.raises(SettingsError, match=r"SPO_BIND: .*notes exists and is not a socket"):
+        Settings.from_env(env(model_dir, bind=f"unix:{tmp_path / 'notes'}"))
+    left = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(left))
+    assert Settings.from_env(env(model_dir, bind=f"unix:{left}")).bind == f"unix:{left}"
+    assert Settings.from_env(env(model_dir, bind=f"unix:{tmp_path / 'new.sock'}"))
