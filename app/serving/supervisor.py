@@ -11,10 +11,12 @@ in order, and with ``PR_SET_PDEATHSIG`` so that they are told to stop even if it
   gracefully (SIGTERM: its workers finish theirs); ``SPO_GRACEFUL_TIMEOUT`` + 5 s after the signal, for
   both together, whatever is left is killed. The run directory is removed: no socket, pid file or temp file stays behind. A supervisor
   killed outright (SIGKILL) cannot remove it; the next ``spo serve --nginx`` on the machine does (its
-  ``supervisor.pid`` names a process that is gone), so a container restarted after kills does not fill
-  its ``/tmp``.
+  ``owner.pid`` names a process that is gone: ``app.core.rundirs``), so a container restarted after kills
+  does not fill its ``/tmp``.
 - SIGHUP: passed to gunicorn's master, which reloads the model (``app.serving.master``); ``spo reload`` does
   the same through the pid file. The master reads ``SPO_AUTH_TOKENS_FILE`` again for the new workers.
+  One that comes while the master is still starting (before its socket exists, and so before its
+  handlers: SIGHUP's default would end it) is held until it can take it.
 - A renewed TLS certificate: the supervisor looks at ``SPO_TLS_CERT`` and ``SPO_TLS_KEY`` every
   ``CERT_CHECK_S`` (the file each path leads to: a Kubernetes Secret's symlink switch counts), and once
   a change has held for one look (so a pair written one file at a time, or a file half-written, is not
@@ -111,7 +113,11 @@ class Supervisor:
         on_exit: Callable[[], None] = lambda: None,
         certificates: Sequence[Path] = (),
         errors_as_log: bool = False,
+        gunicorn_socket: Path | None = None,
     ) -> None:
+        # Where gunicorn listens once its master handles signals: a SIGHUP before waits for it (a
+        # master still importing has SIGHUP's default, which ends it, and the whole service).
+        self.gunicorn_socket = gunicorn_socket
         # nginx's error lines as log records (SPO_LOG_FORMAT=json), else relayed as written
         self.errors_as_log = errors_as_log
         self.nginx_argv = list(nginx_argv)
@@ -169,15 +175,21 @@ class Supervisor:
             self.on_exit()
 
     def _watch(self, gunicorn: subprocess.Popen[bytes], nginx: subprocess.Popen[bytes]) -> int:
+        held = False  # a SIGHUP that came before gunicorn could take it (several make one reload)
         while True:
             while self.signals:
                 signum = self.signals.pop(0)
                 if signum == signal.SIGHUP:
-                    _say("SIGHUP: passing it to gunicorn (model reload)")
-                    gunicorn.send_signal(signal.SIGHUP)
+                    if not held and not self._gunicorn_listens():
+                        _say("SIGHUP: held until gunicorn's master is up (it is still starting)")
+                    held = True
                 else:
                     _say(f"{signal.Signals(signum).name}: stopping nginx, then gunicorn")
                     return 0
+            if held and self._gunicorn_listens():
+                _say("SIGHUP: passing it to gunicorn (model reload)")
+                gunicorn.send_signal(signal.SIGHUP)
+                held = False
             for name, process in (("gunicorn", gunicorn), ("nginx", nginx)):
                 code = process.poll()
                 if code is not None:
@@ -186,6 +198,9 @@ class Supervisor:
             if self.certificates and time.monotonic() - self._looked >= CERT_CHECK_S:
                 self._look_at_certificates(nginx)
             time.sleep(_POLL_S)
+
+    def _gunicorn_listens(self) -> bool:
+        return self.gunicorn_socket is None or self.gunicorn_socket.exists()
 
     def _look_at_certificates(self, nginx: subprocess.Popen[bytes]) -> None:
         """SIGHUP to nginx once the certificate files changed and then held still for one look."""
@@ -374,5 +389,6 @@ def serve_behind_nginx(
         on_exit=lambda: shutil.rmtree(run_dir, ignore_errors=True),
         certificates=[p for p in (settings.tls_cert, settings.tls_key) if p is not None],
         errors_as_log=settings.log_format == "json",
+        gunicorn_socket=socket_path,
     )
     return supervisor.run()

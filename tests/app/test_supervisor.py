@@ -242,6 +242,58 @@ def test_supervisor_signals_stop_both_in_order(tmp_path: Path, stop_with: int) -
     assert gunicorn_log.read_text() == "SIGTERM"
 
 
+LATE_HUP = """
+import signal, sys, time, pathlib
+log, ready = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+print(flush=True)
+time.sleep(1.5)  # a gunicorn master still importing: SIGHUP's default would end it
+signal.signal(signal.SIGHUP, lambda *a: log.write_text("HUP"))
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+ready.touch()  # gunicorn's socket: its handlers are in place
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_supervisor_holds_a_sighup_until_gunicorn_can_take_it(tmp_path: Path) -> None:
+    """A reload asked in the first second after a start killed gunicorn's master (SIGHUP's default
+    before its handlers), and with it the service (exit 255)."""
+    stand_in, late = tmp_path / "stand_in.py", tmp_path / "late.py"
+    stand_in.write_text(STAND_IN)
+    late.write_text(LATE_HUP)
+    nginx_log, gunicorn_log, socket = tmp_path / "nginx", tmp_path / "gunicorn", tmp_path / "sock"
+    driver = textwrap.dedent(
+        f"""
+        import pathlib, sys
+        from app.serving.supervisor import Supervisor
+        py = sys.executable
+        sup = Supervisor([py, {str(stand_in)!r}, {str(nginx_log)!r}],
+                         [py, {str(late)!r}, {str(gunicorn_log)!r}, {str(socket)!r}], {{}},
+                         graceful_timeout=5, gunicorn_socket=pathlib.Path({str(socket)!r}))
+        sys.exit(sup.run())
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "\n" and process.stdout.readline() == "\n"
+        assert not socket.exists()
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while not gunicorn_log.exists() and time.monotonic() < deadline:
+            assert process.poll() is None, "the supervisor stopped"
+            time.sleep(0.05)
+        assert gunicorn_log.read_text() == "HUP"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        kill_if_running(process)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
 STUBBORN = """
 import signal, sys, time
 for s in (signal.SIGTERM, signal.SIGQUIT):
