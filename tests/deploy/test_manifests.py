@@ -131,8 +131,17 @@ def test_kubernetes_liveness_outwaits_a_full_worker_queue() -> None:
     """Under overload /healthz waits for a worker thread behind extraction requests, each answered
     by its deadline (counted from nginx): a liveness timeout under SPO_REQUEST_TIMEOUT restarted
     pods that were only busy."""
+    deadline = float(_config()["SPO_REQUEST_TIMEOUT"])
     liveness = _probes()["livenessProbe"]
-    assert liveness["timeoutSeconds"] > float(_config()["SPO_REQUEST_TIMEOUT"]) + 1
+    assert liveness["timeoutSeconds"] > deadline + 1
+    # /readyz waits in the same queue: a busy pod is not an unready one (with 2 s, a traffic spike
+    # took every pod out of rotation at once). The image's and compose's health checks too.
+    assert _probes()["readinessProbe"]["timeoutSeconds"] > deadline + 1
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    compose = " ".join(_compose_service()["healthcheck"]["test"])
+    for check in (dockerfile.split("HEALTHCHECK", 1)[1].split("\n\n")[0], compose):
+        (timeout,) = re.findall(r"timeout=(\d+)\)", check)
+        assert int(timeout) > deadline + 1, check
 
 
 def test_kubernetes_ports_agree_with_the_image() -> None:
