@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nlp import quiet_tensorflow
@@ -40,6 +40,13 @@ from nlp.vocab import SPECIAL_TOKENS, read_vocab
 
 # The only characters of Unicode categories Zl and Zp (LINE and PARAGRAPH SEPARATOR): spaces here.
 _SEPARATORS = "\u2028\u2029"
+
+
+def _is_mark(ch: str) -> bool:
+    """A character that belongs to the one before it: a combining or enclosing mark (an accent, a
+    variation selector), or the zero-width joiner."""
+    return ch == "\u200d" or unicodedata.category(ch) in ("Mn", "Me")
+
 
 # bert4keras is not a declared dependency: it declares keras<=2.3.1, which no TensorFlow 2.21 install
 # satisfies, so it is installed beside the package with --no-deps (README, "Installing from a wheel").
@@ -69,10 +76,15 @@ with quiet_tensorflow():  # bert4keras imports TensorFlow
 
 @dataclass(frozen=True)
 class Encoding:
-    """Word-piece ids of one text (no ``[CLS]``/``[SEP]``) and each token's ``(start, end)`` offsets."""
+    """Word-piece ids of one text (no ``[CLS]``/``[SEP]``), each token's ``(start, end)`` offsets,
+    and the ``(start, end)`` of the whole word each token is a piece of (a CJK character or a
+    punctuation mark is a word of its own; a word's span takes in the combining marks after it):
+    a span of tokens is reported as the words it touches, never part of a word (a model's
+    ``鲁迅L`` of ``鲁迅Lu Xun``, the pieces ``l ##u``), nor a character without its marks."""
 
     token_ids: list[int]
     offsets: list[tuple[int, int]]
+    words: list[tuple[int, int]] = field(default_factory=list)  # empty: the offsets are the words
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -114,24 +126,36 @@ class Tokenizer:
             ch = "".join(c for c in ch if unicodedata.category(c) != "Mn")
         return ch
 
-    def words(self, text: str) -> list[tuple[str, list[int]]]:
-        """Pre-tokenize: (normalized word, original index of each of its characters)."""
+    def words(self, text: str) -> list[tuple[str, list[int], int]]:
+        """Pre-tokenize: (normalized word, original index of each of its characters, the word's end
+        in the original text). The end takes in the combining marks right after the word's last
+        character (an accent, a variation selector, a zero-width joiner), which normalize to
+        nothing when the vocab is uncased: ``迅\u0301`` is one character to a reader.
+
+        >>> tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "迅": 4, "ab": 5})
+        >>> tok.words("迅\u0301 ab\ufe0f")
+        [('迅', [0], 2), ('ab', [3, 4], 6)]
+        """
         b4k = self._b4k
-        out: list[tuple[str, list[int]]] = []
+        out: list[tuple[str, list[int], int]] = []
         chars: list[str] = []
         origins: list[int] = []
+        end = 0  # the end of the word being read
+        last = -2  # the original index of the last character a word took (or a mark it took in)
 
         def flush() -> None:
             if chars:
-                out.append(("".join(chars), origins.copy()))
+                out.append(("".join(chars), origins.copy(), end))
                 chars.clear()
                 origins.clear()
 
         for i, original in enumerate(text):
+            kept = False
             for ch in self._normalize(original):
                 if b4k._is_punctuation(ch) or b4k._is_cjk_character(ch):
                     flush()
-                    out.append((ch, [i]))
+                    out.append((ch, [i], i + 1))
+                    kept = True
                 elif b4k._is_space(ch) or ch in _SEPARATORS:
                     flush()
                 elif ord(ch) == 0 or ord(ch) == 0xFFFD or b4k._is_control(ch):
@@ -139,6 +163,17 @@ class Tokenizer:
                 else:
                     chars.append(ch)
                     origins.append(i)
+                    end = i + 1
+                    kept = True
+            if kept:
+                last = i
+            elif last == i - 1 and _is_mark(original):
+                last = i
+                if chars:
+                    end = i + 1
+                elif out:
+                    word, its, _ = out[-1]
+                    out[-1] = (word, its, i + 1)
         flush()
         return out
 
@@ -172,16 +207,20 @@ class Tokenizer:
         """Ids and offsets for every token of ``text``; no truncation (windowing is the caller's)."""
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
-        for word, origins in self.words(text):
+        words: list[tuple[int, int]] = []
+        for word, origins, end in self.words(text):
             pieces = self.word_pieces(word)
             if len(pieces) == 1 and pieces[0] == word and word not in self._vocab:
                 ids.append(self.unk_id)
-                offsets.append((origins[0], origins[-1] + 1))
+                offsets.append((origins[0], end))
+                words.append((origins[0], end))
                 continue
             pos = 0
-            for piece in pieces:
+            for n, piece in enumerate(pieces, 1):
                 size = len(piece[2:] if piece.startswith("##") else piece)
                 ids.append(self._vocab[piece])
-                offsets.append((origins[pos], origins[pos + size - 1] + 1))
+                last = end if n == len(pieces) else origins[pos + size - 1] + 1
+                offsets.append((origins[pos], last))
+                words.append((origins[0], end))
                 pos += size
-        return Encoding(ids, offsets)
+        return Encoding(ids, offsets, words)

@@ -100,8 +100,9 @@ def test_tokenization_from_file_refuses_a_vocab_that_would_shift_ids(tmp_path):
 @given(st.text(max_size=80))
 def test_tokenization_property_any_string_gives_valid_offsets(tokenizer, text):
     enc = tokenizer.encode(text)
-    for start, end in enc.offsets:
-        assert 0 <= start < end <= len(text)
+    assert len(enc.words) == len(enc.offsets)
+    for (start, end), (first, last) in zip(enc.offsets, enc.words, strict=True):
+        assert 0 <= first <= start < end <= last <= len(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -133,3 +134,31 @@ def test_tokenization_word_pieces_try_no_candidate_longer_than_the_vocab(vocab_p
     word = "qxzjkv" * 33 + "ꙮ"  # 199 characters, the last one in no piece: the whole word is [UNK]
     assert tok.word_pieces(word) == [word]
     assert _CountingVocab.lookups <= len(word) * longest
+
+
+def test_tokenization_a_word_takes_in_its_marks_and_every_piece_knows_its_word():
+    """A combining accent or a variation selector after a character normalized to nothing and was
+    left out of every span (``鲁迅`` of ``鲁迅\u0301``); a span ending on the piece ``l`` of ``lu``
+    cut the word in half (``鲁迅L``)."""
+    tok = Tokenizer(
+        {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "迅": 4, "l": 5, "##u": 6, "x": 7}
+    )
+    enc = tok.encode("迅\u0301Lu x\ufe0f\u200d 迅\u0301\u0301")
+    assert enc.token_ids == [4, 5, 6, 7, 4]
+    assert enc.offsets == [(0, 2), (2, 3), (3, 4), (5, 8), (9, 12)]
+    assert enc.words == [(0, 2), (2, 4), (2, 4), (5, 8), (9, 12)]
+    # A mark after a space belongs to nothing; one inside a word is the word's already.
+    assert tok.encode(" \u0301迅").offsets == [(2, 3)]
+    assert tok.encode("l\u0301u").offsets == [(0, 1), (2, 3)]
+
+
+def test_tokenization_spans_are_whole_words():
+    from nlp.pipeline import Extractor, Window
+
+    tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "鲁": 4, "l": 5, "##u": 6})
+    text = "鲁Lu鲁"
+    enc = tok.encode(text)
+    span = Extractor._span(None, text, enc, Window(0, 0, len(enc)), 1, 2)  # type: ignore[arg-type]
+    assert (span.start, span.end, span.text) == (0, 3, "鲁Lu")
+    span = Extractor._span(None, text, enc, Window(0, 0, len(enc)), 3, 4)  # type: ignore[arg-type]
+    assert (span.start, span.end, span.text) == (1, 4, "Lu鲁")
