@@ -23,8 +23,10 @@ overshot by at most one model call (one bucket-shaped batch).
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +191,7 @@ class Extractor:
         # Called with a ``BatchReport`` after each successful ``run`` (metrics, logs).
         self.observers: list[BatchObserver] = []
         self.closed = False
+        self._calling = threading.Lock()  # held by each model call, and by close()
         # When the model call running now began (``time.monotonic()``), None between calls: one
         # bucket-shaped batch, the one step no deadline can interrupt (a serving worker's heartbeat
         # reads it: ``deploy/gunicorn.conf.py``).
@@ -262,6 +265,11 @@ class Extractor:
             raise InvalidInput(
                 f"{field} must be a list of texts, not one {type(texts).__name__}", field=field
             )
+        # A mapping would give its keys, a set an order no answer could be matched to.
+        if isinstance(texts, (Mapping, AbstractSet)) or not isinstance(texts, Iterable):
+            raise InvalidInput(
+                f"{field} must be a list of texts, not {type(texts).__name__}", field=field
+            )
         limit = self.max_text_chars if max_text_chars is None else max_text_chars
         checked = [
             check_text(text, limit, f"{field}[{i}]" if field == "texts" else field)
@@ -321,11 +329,14 @@ class Extractor:
             ]
             token_ids = pad_batch(sequences, batch.shape, pad_id=tok.pad_id)
             started = time.perf_counter()
-            self.call_started = time.monotonic()
-            try:
-                outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
-            finally:
-                self.call_started = None
+            with self._calling:  # close() waits for the call in flight, then this run stops
+                if self.closed:
+                    raise RuntimeError("this Extractor was closed while it ran: load another")
+                self.call_started = time.monotonic()
+                try:
+                    outputs = self.runtime.run(token_ids, np.zeros_like(token_ids))
+                finally:
+                    self.call_started = None
             seconds = time.perf_counter() - started
             calls.append(ModelCall(batch.shape, len(rows), sum(map(len, sequences)), seconds))
             for r, window in enumerate(rows):
@@ -375,8 +386,11 @@ class Extractor:
         triples[i].update(found_triples)
 
     def close(self) -> None:
-        self.closed = True
-        self.runtime.close()
+        """Free the model; a model call running in another thread ends first (TensorFlow cancelled
+        it, and its error reached that thread), and that thread's run then stops."""
+        with self._calling:
+            self.closed = True
+            self.runtime.close()
 
     def __enter__(self) -> Extractor:
         return self

@@ -1,6 +1,7 @@
 import dataclasses
 import itertools
 import random
+import time
 
 import numpy as np
 import pytest
@@ -197,6 +198,16 @@ def test_pipeline_batch_of_one_string_is_refused_not_split_into_characters(extra
     for one in ("马云创立了阿里巴巴", b"bytes"):
         with pytest.raises(InvalidInput, match="texts must be a list of texts, not one"):
             extractor.extract_batch(one)
+    # Neither a mapping (its keys were the texts) nor a set (answers in an order no caller could
+    # match), nor what is not a collection at all (a TypeError of Python's).
+    for other, name in (
+        ({"马云": 1}, "dict"),
+        ({"马云", "路遥"}, "set"),
+        (None, "NoneType"),
+        (5, "int"),
+    ):
+        with pytest.raises(InvalidInput, match=f"texts must be a list of texts, not {name}$"):
+            extractor.extract_batch(other)
     assert extractor.runtime.runs == runs
     assert len(extractor.extract_batch(("马云", "路遥"))) == 2  # any sequence of strings
 
@@ -206,6 +217,38 @@ def test_pipeline_a_closed_extractor_says_so(triples_model_dir):
         assert ex.extract("马云").to_dict() is not None
     with pytest.raises(RuntimeError, match="this Extractor is closed"):
         ex.extract("马云")
+
+
+def test_pipeline_close_waits_for_the_call_in_flight(triples_model_dir):
+    """Closed from another thread mid-run, TensorFlow cancelled the running call and its
+    CancelledError reached the caller; now the call ends, and the run stops with our error."""
+    import threading
+
+    ex = Extractor.load(triples_model_dir, intra_op_threads=1)
+    real_run, entered = ex.runtime.run, threading.Event()
+
+    def slow_run(*args):
+        entered.set()
+        time.sleep(0.3)
+        return real_run(*args)
+
+    ex.runtime.run = slow_run
+    outcome = []
+
+    def extract():
+        try:
+            ex.extract_batch(["马云创立了阿里巴巴。" * 3] * 40)  # several model calls
+            outcome.append("done")
+        except Exception as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=extract)
+    worker.start()
+    assert entered.wait(10)
+    ex.close()
+    worker.join(30)
+    (error,) = outcome
+    assert isinstance(error, RuntimeError) and "closed while it ran" in str(error)
 
 
 def test_pipeline_empty_and_blank_texts_give_empty_results(extractor):
