@@ -116,18 +116,33 @@ def open_binary(source: Source, stdin: BinaryIO | None = None) -> BinaryIO:
 
 
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+WIDE_BOM_BYTES = 4  # the bytes wide_text_problem needs to see
+
+
+def wide_text_problem(name: str, head: bytes) -> str | None:
+    """Why a file whose text starts with ``head`` is not read (None: it is): a UTF-16 or UTF-32
+    byte order mark (``iconv`` and Windows' "Unicode" save such files), which would make every line
+    an error record. The batch command and spark-extract say it alike.
+
+    >>> wide_text_problem("a.txt", "x".encode("utf-16")) is not None, wide_text_problem("a.txt", b"x")
+    (True, None)
+    """
+    if not head.startswith(_WIDE_BOMS):
+        return None
+    return (
+        f"{name} is UTF-16 or UTF-32 (its byte order mark says so), not UTF-8: convert it first, "
+        "e.g. iconv -f UTF-16 -t UTF-8"
+    )
 
 
 def _utf8(source: Source, stream: BinaryIO) -> BinaryIO:
-    """``stream``, unless its first bytes are a UTF-16 or UTF-32 byte order mark (``iconv`` and
-    Windows' "Unicode" save such files): then closed, and an ``InputError`` saying what to do."""
-    head = stream.peek(4)[:4]  # type: ignore[attr-defined]
-    if head.startswith(_WIDE_BOMS):
+    """``stream``, unless its text is UTF-16 or UTF-32 (``wide_text_problem``): then closed, and an
+    ``InputError`` saying what to do."""
+    head = stream.peek(WIDE_BOM_BYTES)[:WIDE_BOM_BYTES]  # type: ignore[attr-defined]
+    problem = wide_text_problem("stdin (-)" if source.is_stdin else source.name, head)
+    if problem is not None:
         stream.close()
-        raise InputError(
-            f"{'stdin (-)' if source.is_stdin else source.name} is UTF-16 or UTF-32 (its byte order mark says so), not UTF-8: convert "
-            "it first, e.g. iconv -f UTF-16 -t UTF-8"
-        )
+        raise InputError(problem)
     return stream
 
 

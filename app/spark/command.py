@@ -6,6 +6,7 @@ other command work without it, and this one says how to install it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -132,7 +133,10 @@ def spark_extract(
         raise click.ClickException(str(exc)) from None
     finally:
         if ours:  # a session the caller had (a notebook, a test) stays theirs
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception as exc:  # a JVM that died (out of memory): its error is the one told
+                logging.getLogger(__name__).debug("stopping Spark: %s", exc)
     if not quiet:
         click.echo(summary.line(), err=True)
 

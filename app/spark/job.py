@@ -68,7 +68,15 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.batch.output import dumps_line
-from app.batch.records import FORMATS, Record, line_limit, parse_line, source_for
+from app.batch.records import (
+    FORMATS,
+    WIDE_BOM_BYTES,
+    Record,
+    line_limit,
+    parse_line,
+    source_for,
+    wide_text_problem,
+)
 from app.batch.stream import extract_windows
 from app.batch.workers import ExtractorFactory, InlineExecutor, ProcessExecutor, WorkSpec
 from app.core.settings import DEFAULT_MODEL_DIR
@@ -619,12 +627,13 @@ def read_records(
     # Directories are read to their depth (a file in a subfolder was skipped without a word);
     # Spark still skips names starting with "_" or "." (its own output's _SUCCESS, .crc files).
     reader = spark.read.option("lineSep", "\n").option("recursiveFileLookup", "true")
-    try:
-        files = sorted(reader.text(list(inputs)).inputFiles())
+    try:  # sorted by the paths they name (listed, a space is %20: it sorted after "!")
+        files = sorted(reader.text(list(inputs)).inputFiles(), key=_display)
     except Exception as exc:  # AnalysisException: path does not exist, ...
         raise SparkExtractError(f"cannot read the input: {_first_line(exc)}") from None
     if not files:
         raise SparkExtractError(f"no input files in {', '.join(inputs)}")
+    _refuse_wide_text(spark, files)
     try:
         sources = [source_for(_display(f), input_format) for f in files]
     except ValueError:
@@ -697,6 +706,34 @@ def _checked(record: Record, max_text_chars: int, field: str) -> Record:
     except SpoError as exc:
         return Record(record.id, None, exc)
     return record
+
+
+def _refuse_wide_text(spark: SparkSession, files: list[str]) -> None:
+    """A UTF-16 or UTF-32 file (``wide_text_problem``; a .gz file's text) is refused before the
+    job, as ``spo extract`` refuses it: read line by line, every line was an error row, and its
+    last NUL one more. Each file's first bytes are read through Hadoop (local, HDFS, S3...)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
+    for uri in files:
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))
+            stream = path.getFileSystem(conf).open(path)
+            try:
+                codec = codecs.getCodec(path)
+                if codec is not None:
+                    stream = codec.createInputStream(stream)
+                read = (stream.read() for _ in range(WIDE_BOM_BYTES))
+                head = bytes(b for b in read if b >= 0)
+            finally:
+                stream.close()
+        except Exception as exc:  # py4j's Py4JJavaError: unreadable, a cut gzip (the job says)
+            logger.debug("could not look at the start of %s: %s", uri, _first_line(exc))
+            continue
+        problem = wide_text_problem(_display(uri), head)
+        if problem is not None:
+            raise SparkExtractError(problem)
 
 
 def _split_bases(lines: DataFrame) -> dict[tuple[str, int], int]:
@@ -778,11 +815,10 @@ def output_problem(
         fs = hadoop_path.getFileSystem(conf)
         full = fs.makeQualified(hadoop_path)
         uri = full.toUri()
-        return (
-            fs,
-            full,
-            f"{uri.getScheme()}://{uri.getAuthority() or ''}{uri.getPath()}".rstrip("/"),
-        )
+        where = str(uri.getPath())
+        if uri.getScheme() == "file":  # a link to an input (or through one) is that input
+            where = os.path.realpath(where)
+        return fs, full, f"{uri.getScheme()}://{uri.getAuthority() or ''}{where}".rstrip("/")
 
     fs, out, out_uri = qualified(output)
     for given in inputs:
@@ -928,19 +964,18 @@ def run_spark_extract(
         precision=options.precision,
         factory=factory,
     )
-    mode = "overwrite" if options.force else "errorifexists"
+    # Written beside OUTPUT, then renamed into its place: an earlier output that --force replaces
+    # is there until the job has succeeded (Spark's own overwrite deleted it before the first task).
+    staging = _beside(spark, options.output, "spo-new")
     try:
         if options.output_format == "jsonl":
-            rows.select("line").write.mode(mode).text(options.output)
+            rows.select("line").write.mode("errorifexists").text(staging)
         else:
-            rows.drop("seq").write.mode(mode).parquet(options.output)
+            rows.drop("seq").write.mode("errorifexists").parquet(staging)
     except Exception as exc:
-        message = _first_line(exc)
-        if "already exists" in message:
-            raise SparkExtractError(
-                f"{options.output} exists; use --force to overwrite it"
-            ) from None
+        _delete(spark, staging)
         raise SparkExtractError(f"the Spark job failed: {_cause(exc)}") from None
+    _put_in_place(spark, staging, options.output, force=options.force)
     summary = SparkSummary(seconds=time.perf_counter() - started, output=options.output)
     if options.output_format == "jsonl":
         written = spark.read.text(options.output)
@@ -952,6 +987,51 @@ def run_spark_extract(
     assert counts is not None  # an aggregate has one row
     summary.records, summary.errors = int(counts[0]), int(counts[1] or 0)
     return summary
+
+
+def _hadoop(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
+
+
+def _beside(spark: SparkSession, output: str, what: str) -> str:
+    """A hidden name in OUTPUT's directory (Spark's readers skip a name starting with ".")."""
+    fs, path = _hadoop(spark, output)
+    full = fs.makeQualified(path)
+    return str(full.getParent().toString()) + f"/.{full.getName()}.{what}-{uuid.uuid4().hex[:12]}"
+
+
+def _delete(spark: SparkSession, path: str) -> None:
+    try:
+        fs, hadoop_path = _hadoop(spark, path)
+        fs.delete(hadoop_path, True)
+    except Exception as exc:  # what the job failed of may fail this too: its error is the one told
+        logger.warning("could not remove %s: %s", path, _first_line(exc))
+
+
+def _put_in_place(spark: SparkSession, staging: str, output: str, *, force: bool) -> None:
+    """Rename the written ``staging`` to ``output``; an earlier output (``force``) is moved aside
+    first and deleted once the new one is in place, or put back if the rename fails."""
+    fs, out = _hadoop(spark, output)
+    _, new = _hadoop(spark, staging)
+    old = None
+    if fs.exists(out):
+        if not force:  # made meanwhile (output_problem found it free)
+            _delete(spark, staging)
+            raise SparkExtractError(f"{output} exists; use --force to overwrite it")
+        _, old = _hadoop(spark, _beside(spark, output, "spo-old"))
+        if not fs.rename(out, old):
+            _delete(spark, staging)
+            raise SparkExtractError(f"cannot replace {output}: it could not be moved aside")
+    if not fs.rename(new, out):
+        if old is not None:
+            fs.rename(old, out)
+        _delete(spark, staging)
+        raise SparkExtractError(f"cannot write {output}: the new output could not be renamed there")
+    if old is not None:
+        fs.delete(old, True)
 
 
 # Attempts of a task on a local master: Spark's local mode fails the job at a task's first failure

@@ -7,6 +7,7 @@ machine without them skips this module, in CI it fails.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -411,3 +412,50 @@ def test_spark_ship_model_carries_the_vocab_of_an_old_layout_directory(tmp_path:
     with tarfile.open(shipped.archive) as tar:
         tar.extractall(unpacked, filter="data")
     assert load_manifest(unpacked).vocab_path == (unpacked / "vocab.txt").resolve()
+
+
+def test_spark_extract_links_utf16_and_a_failed_force_keep_everything(
+    spark: Any, tmp_path: Path, triples_model_dir: Path
+) -> None:
+    """An output reached through a link to an input (or inside one) was accepted, and --force
+    then replaced the input; a UTF-16 file gave an error row per line (and one more for its last
+    NUL); a --force run whose job failed had deleted the earlier output before its first task."""
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("张艺谋执导了《红高粱》。\n", encoding="utf-8")
+    (tmp_path / "link").symlink_to(data)
+
+    def problem(output: Path, inputs: tuple[str, ...]) -> Any:
+        return spo_spark.output_problem(spark, str(output), inputs, force=True)
+
+    assert "is inside the input" in problem(data / "out", (str(tmp_path / "link"),))
+    assert "is (or holds) the input" in problem(tmp_path / "link", (str(data / "in.txt"),))
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "u16.txt").write_bytes("\ufeff张三在北京\n李四\n".encode("utf-16"))
+    with pytest.raises(spo_spark.SparkExtractError, match=r"u16\.txt is UTF-16 or UTF-32"):
+        spo_spark.read_records(spark, (str(wide),))
+    earlier = tmp_path / "earlier"
+    options = spo_spark.SparkExtractOptions(inputs=(str(data),), output=str(earlier))
+    assert spo_spark.run_spark_extract(spark, options).records == 1
+    before = sorted(p.name for p in earlier.iterdir())
+    broken = tmp_path / "broken"
+    shutil.copytree(triples_model_dir, broken)
+    for weights in (broken / "variables").glob("variables.data-*"):
+        weights.write_bytes(weights.read_bytes()[:100])  # the executors fail to load it
+    again = dataclasses.replace(options, model_dir=broken, force=True)
+    with pytest.raises(spo_spark.SparkExtractError, match=r"^the Spark job failed"):
+        spo_spark.run_spark_extract(spark, again)
+    assert sorted(p.name for p in earlier.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "broken",
+        "data",
+        "earlier",
+        "link",
+        "wide",
+    ]  # fmt: skip: no staging directory left behind
+    replaced = dataclasses.replace(options, force=True)
+    assert spo_spark.run_spark_extract(spark, replaced).records == 1
+    assert part_lines(earlier) and sorted(p.name for p in tmp_path.iterdir())[2] == "earlier"
