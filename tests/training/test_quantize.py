@@ -86,28 +86,6 @@ def test_quantize_calibration_file_must_exist(tmp_path: Path) -> None:
         read_calibration(tmp_path / "missing.txt")
 
 
-def test_quantize_calibration_texts_with_no_token_are_refused(
-    tmp_path: Path, triples_model_dir: Path
-) -> None:
-    """Texts of zero-width spaces give no window: the quantizer ended in an AttributeError
-    traceback of its own ("'NoneType' object has no attribute 'graph_def'")."""
-    from nlp.engine import int8_support
-    from training.quantize import Calibration, quantize, tool_version
-
-    if int8_support() is not None:
-        pytest.skip(f"this machine cannot run int8 models: {int8_support()}")
-    try:
-        tool_version()
-    except QuantizeError as exc:  # make test-fast's venv has no quantize extra
-        pytest.skip(str(exc))
-    blank = Calibration(("\u200b", "\u200b\u200b"), "zero-width.txt", "0" * 64)
-    with pytest.raises(
-        QuantizeError, match=r"zero-width\.txt: none of its 2 texts gives the model"
-    ):
-        quantize(triples_model_dir, tmp_path / "out", calibration=blank)
-    assert not (tmp_path / "out").exists()
-
-
 @pytest.fixture
 def quantizer_here() -> None:
     from nlp.engine import int8_support
@@ -119,6 +97,21 @@ def quantizer_here() -> None:
         tool_version()
     except QuantizeError as exc:  # make test-fast's venv has no quantize extra
         pytest.skip(str(exc))
+
+
+def test_quantize_calibration_texts_with_no_token_are_refused(
+    tmp_path: Path, triples_model_dir: Path, quantizer_here: None
+) -> None:
+    """Texts of zero-width spaces give no window: the quantizer ended in an AttributeError
+    traceback of its own ("'NoneType' object has no attribute 'graph_def'")."""
+    from training.quantize import Calibration, quantize
+
+    blank = Calibration(("\u200b", "\u200b\u200b"), "zero-width.txt", "0" * 64)
+    with pytest.raises(
+        QuantizeError, match=r"zero-width\.txt: none of its 2 texts gives the model"
+    ):
+        quantize(triples_model_dir, tmp_path / "out", calibration=blank)
+    assert not (tmp_path / "out").exists()
 
 
 def test_quantize_refuses_what_the_loader_refuses_in_one_line(
