@@ -41,15 +41,10 @@ from typing import Any
 import psutil
 
 from app.core.logs import AccessLogger, logging_config
-from app.core.rundirs import make_run_dir, remove_stale_run_dirs
+from app.core.rundirs import METRICS_DIR_PREFIX, make_run_dir, remove_stale_run_dirs
 from app.core.sizing import Machine, memory_warning
 from app.serving.master import handed_settings, watch_worker
-from app.web.metrics import (
-    METRICS_DIR_PREFIX,
-    MULTIPROC_ENV,
-    mark_worker_dead,
-    prepare_multiprocess_dir,
-)
+from app.web.metrics import MULTIPROC_ENV, mark_worker_dead, prepare_multiprocess_dir
 
 settings = handed_settings()
 sizing = settings.sizing()

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 OWNER_FILE = "owner.pid"  # in each run directory: the pid of the process that made it
+# The gunicorn master's metrics directory, when PROMETHEUS_MULTIPROC_DIR is not given.
+METRICS_DIR_PREFIX = "spo-metrics-"
 
 
 def make_run_dir(prefix: str, *, mode: int = 0o700) -> Path:

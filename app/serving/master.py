@@ -181,8 +181,7 @@ def _throwaway_metrics_dir() -> None:
     import atexit
     import shutil
 
-    from app.core.rundirs import make_run_dir
-    from app.web.metrics import METRICS_DIR_PREFIX
+    from app.core.rundirs import METRICS_DIR_PREFIX, make_run_dir
 
     own = make_run_dir(f"{METRICS_DIR_PREFIX}check-")
     os.environ[MULTIPROC_ENV] = str(own)

@@ -78,11 +78,6 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
-METRICS_DIR_PREFIX = (
-    "spo-metrics-"  # the master's own directory, when none is given (app.core.rundirs)
-)
-
-
 def prepare_multiprocess_dir(path: str | Path) -> Path:
     """Create ``path`` empty (removing the files a previous run left there) and return it.
 

@@ -264,6 +264,9 @@ def fresh_master(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("SPO_"):
             monkeypatch.delenv(name)
+    # gunicorn.conf.py sets it for the master's workers: taken back after each test, or every
+    # later app of this process would serve the metrics of that directory.
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
 
 
 @pytest.fixture
