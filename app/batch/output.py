@@ -18,8 +18,9 @@ command in a second shell) is refused at once. Two writers would each write at t
 and interleave their records (with ``--force`` and other options: a file of both runs' lines). The
 lock belongs to the open file, so a killed run leaves none behind. Nothing is truncated until
 ``open``, after the model has loaded: a run that stops before (its model fails to load, Ctrl-C)
-leaves the output as it found it, and removes what its claim created; so does one that stops before
-its first window is written (an input that turns out unreadable when it is read).
+leaves the output as it found it, and removes what its claim created. One that stops after ``open``
+and before its first window (stdin found UTF-16 as it is read) still removes what its claim created: a
+new output leaves nothing behind; an existing one that ``--force`` was to replace is empty by then.
 
 The checkpoint's name is the output's plus ``.checkpoint.json`` (and ``.tmp`` while it is
 replaced): an output whose name leaves no room for that within the file system's limit is refused
@@ -336,6 +337,9 @@ class FileOutput(Output):
 
     def _write_window(self, data: bytes, records: int, errors: int, last_id: Any) -> None:
         assert self.fd is not None, "open() first"
+        # From the first window on, what claim() created is the run's to --resume, whatever
+        # happens next (a full disk, Ctrl-C between the data and its checkpoint).
+        self._made.clear()
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view) :]
@@ -346,7 +350,6 @@ class FileOutput(Output):
         cp.errors += errors
         cp.last_id = last_id
         cp.save(self.sidecar)
-        self._made.clear()
 
     def finish(self) -> None:
         """The run is complete: drop the checkpoint, then close the file (and so unlock it)."""

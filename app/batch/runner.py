@@ -12,6 +12,7 @@ and chunks as an uninterrupted one and its output is byte-identical.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import itertools
@@ -253,7 +254,9 @@ def run_batch(
             raise InputError(f"cannot read input {source.name}: {exc.strerror or exc}") from exc
     for source in sources:  # a UTF-16 file, refused before the model loads (stdin: as it is read)
         if not (source.is_stdin or source.is_stream):
-            open_binary(source).close()
+            # A cut or broken gzip: the run tells, as it reads it.
+            with contextlib.suppress(OSError, EOFError, zlib.error):
+                open_binary(source).close()
     run_print = _run_fingerprint(options, sources, prints)
     output = _output(options, run_print, stdout)
     output.claim()  # before the model loads: a refused run is refused at once, and stays refused

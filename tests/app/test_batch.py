@@ -900,3 +900,9 @@ def test_batch_cut_gzip_input_says_to_start_again_once_it_is_whole(tmp_path: Pat
     with pytest.raises(InputError, match="cut short") as err:
         run(tmp_path, [path], window=64)
     assert "--force" in str(err.value) and "resumable" not in str(err.value)
+    # Cut inside its header, or a header that is no gzip's: the check for UTF-16 before the model
+    # loads (which reads the start) let gzip's own EOFError / BadGzipFile out, a traceback.
+    for head in (b"\x1f\x8b", b"\x1f\x8b\x09" + b"\x00" * 20):
+        path.write_bytes(head)
+        with pytest.raises(InputError):
+            run(tmp_path, [path], name=f"out{len(head)}.jsonl", window=64)
