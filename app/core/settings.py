@@ -27,6 +27,7 @@ import difflib
 import json
 import logging
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -497,14 +498,26 @@ _PATH_FIELDS = ("model_dir", "auth_tokens_file", "tls_cert", "tls_key", "pid_fil
 _BOTH = "SPO_MODELS: set SPO_MODELS or SPO_MODEL_DIR (its one-model shorthand), not both"
 
 
-def misspelt_settings(names: Iterable[str]) -> dict[str, str]:
-    """The names among ``names`` that are a near miss of a setting's variable, with that variable.
+# What Kubernetes puts in every pod for each Service of its namespace (a Service "spo-model":
+# SPO_MODEL_SERVICE_HOST, SPO_MODEL_PORT, SPO_MODEL_PORT_80_TCP_ADDR...): never a typo of ours.
+_SERVICE_LINK = re.compile(
+    r".+_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT|PORT_\d+_(TCP|UDP|SCTP)(_\w+)?)"
+)
 
-    >>> misspelt_settings(["SPO_AUTH_TOKEN", "SPO_WORKER", "SPO_SERVICE_PORT", "SPO_PORT_80_TCP"])
-    {'SPO_AUTH_TOKEN': 'SPO_AUTH_TOKENS', 'SPO_WORKER': 'SPO_WORKERS'}
+
+def misspelt_settings(names: Iterable[str]) -> dict[str, str]:
+    """The names among ``names`` that are a near miss of a setting's variable, with that variable;
+    never a Kubernetes service link.
+
+    >>> misspelt_settings(["SPO_AUTH_TOKEN", "SPO_WORKER", "SPO_MODELS_DIR", "SPO_MODEL_PORT"])
+    {'SPO_AUTH_TOKEN': 'SPO_AUTH_TOKENS', 'SPO_WORKER': 'SPO_WORKERS', 'SPO_MODELS_DIR': 'SPO_MODEL_DIR'}
     """
     known = [option.var for option in SETTINGS.values()]
-    found = {name: difflib.get_close_matches(name, known, n=1, cutoff=0.8) for name in names}
+    found = {
+        name: difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        for name in names
+        if not _SERVICE_LINK.fullmatch(name)
+    }
     return {name: match[0] for name, match in found.items() if match}
 
 

@@ -166,6 +166,10 @@ def test_settings_unknown_variable_warns(model_dir: Path, caplog: pytest.LogCapt
     with caplog.at_level(logging.WARNING, logger="app.core.settings"):
         Settings.from_env(env(model_dir, service_port="80", port_8080_tcp_addr="10.0.0.1"))
     assert "ignoring unknown variables: SPO_PORT_8080_TCP_ADDR, SPO_SERVICE_PORT" in caplog.text
+    # Kubernetes's links to Services named spo-model, spo-workers...: near misses by spelling only.
+    links = {"model_port": "tcp://10.0.0.2:80", "workers_service_host": "10.0.0.3",
+             "models_port_80_tcp_addr": "10.0.0.4", "threads_service_port_http": "80"}  # fmt: skip
+    Settings.from_env(env(model_dir, **links))
 
 
 @pytest.mark.parametrize(
