@@ -42,6 +42,23 @@ from nlp.vocab import SPECIAL_TOKENS, read_vocab
 _SEPARATORS = "\u2028\u2029"
 
 
+def _joined(text: str, pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """For each piece of one word, the span of the run of pieces it is joined to: two pieces join
+    where a letter meets a letter or a digit a digit (a reader cuts ``Python|3``, not ``L|u``).
+
+    >>> _joined("Lu", [(0, 1), (1, 2)]), _joined("py3", [(0, 2), (2, 3)])
+    ([(0, 2), (0, 2)], [(0, 2), (2, 3)])
+    """
+    runs: list[list[int]] = []
+    for k, (start, _) in enumerate(pieces):
+        left, right = text[pieces[k - 1][1] - 1] if k else "", text[start]
+        if k and ((left.isalpha() and right.isalpha()) or (left.isdigit() and right.isdigit())):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return [(pieces[run[0]][0], pieces[run[-1]][1]) for run in runs for _ in run]
+
+
 def _is_mark(ch: str) -> bool:
     """A character that belongs to the one before it: a combining or enclosing mark (an accent, a
     variation selector), or the zero-width joiner."""
@@ -77,10 +94,10 @@ with quiet_tensorflow():  # bert4keras imports TensorFlow
 @dataclass(frozen=True)
 class Encoding:
     """Word-piece ids of one text (no ``[CLS]``/``[SEP]``), each token's ``(start, end)`` offsets,
-    and the ``(start, end)`` of the whole word each token is a piece of (a CJK character or a
-    punctuation mark is a word of its own; a word's span takes in the combining marks after it):
-    a span of tokens is reported as the words it touches, never part of a word (a model's
-    ``鲁迅L`` of ``鲁迅Lu Xun``, the pieces ``l ##u``), nor a character without its marks."""
+    and for each token the ``(start, end)`` of what a reader sees as one word around it: the pieces
+    of a word joined letter to letter or digit to digit (``l ##u`` of ``Lu``; not ``python ##3``,
+    where ``Python`` may be a name), a character with the combining marks after it. A span of tokens
+    is reported as those words: never ``鲁迅L`` of ``鲁迅Lu Xun``, nor ``鲁迅`` without its accent."""
 
     token_ids: list[int]
     offsets: list[tuple[int, int]]
@@ -129,12 +146,15 @@ class Tokenizer:
     def words(self, text: str) -> list[tuple[str, list[int], int]]:
         """Pre-tokenize: (normalized word, original index of each of its characters, the word's end
         in the original text). The end takes in the combining marks right after the word's last
-        character (an accent, a variation selector, a zero-width joiner), which normalize to
-        nothing when the vocab is uncased: ``迅\u0301`` is one character to a reader.
+        character (an accent, an enclosing mark, a variation selector, a zero-width joiner), whether
+        the vocab's normalization drops them (uncased) or not: ``迅\u0301`` is one character to a
+        reader, never ``迅`` and a word of its own.
 
         >>> tok = Tokenizer({"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "迅": 4, "ab": 5})
         >>> tok.words("迅\u0301 ab\ufe0f")
         [('迅', [0], 2), ('ab', [3, 4], 6)]
+        >>> Tokenizer(tok._vocab, do_lower_case=False).words("迅\u0301ab")
+        [('迅', [0], 2), ('ab', [2, 3], 4)]
         """
         b4k = self._b4k
         out: list[tuple[str, list[int], int]] = []
@@ -150,12 +170,17 @@ class Tokenizer:
                 origins.clear()
 
         for i, original in enumerate(text):
-            kept = False
+            mark = last == i - 1 and _is_mark(original)
+            if mark and not chars and out:  # after a word of its own (a CJK character, a mark)
+                word, its, _ = out[-1]
+                out[-1] = (word, its, i + 1)
+                last = i
+                continue
             for ch in self._normalize(original):
                 if b4k._is_punctuation(ch) or b4k._is_cjk_character(ch):
                     flush()
                     out.append((ch, [i], i + 1))
-                    kept = True
+                    last = i
                 elif b4k._is_space(ch) or ch in _SEPARATORS:
                     flush()
                 elif ord(ch) == 0 or ord(ch) == 0xFFFD or b4k._is_control(ch):
@@ -164,16 +189,10 @@ class Tokenizer:
                     chars.append(ch)
                     origins.append(i)
                     end = i + 1
-                    kept = True
-            if kept:
+                    last = i
+            if mark and chars and last != i:  # dropped by the normalization: still the word's
+                end = i + 1
                 last = i
-            elif last == i - 1 and _is_mark(original):
-                last = i
-                if chars:
-                    end = i + 1
-                elif out:
-                    word, its, _ = out[-1]
-                    out[-1] = (word, its, i + 1)
         flush()
         return out
 
@@ -215,12 +234,13 @@ class Tokenizer:
                 offsets.append((origins[0], end))
                 words.append((origins[0], end))
                 continue
+            first = len(offsets)
             pos = 0
             for n, piece in enumerate(pieces, 1):
                 size = len(piece[2:] if piece.startswith("##") else piece)
                 ids.append(self._vocab[piece])
                 last = end if n == len(pieces) else origins[pos + size - 1] + 1
                 offsets.append((origins[pos], last))
-                words.append((origins[0], end))
                 pos += size
+            words += _joined(text, offsets[first:])
         return Encoding(ids, offsets, words)

@@ -150,6 +150,14 @@ def test_tokenization_a_word_takes_in_its_marks_and_every_piece_knows_its_word()
     # A mark after a space belongs to nothing; one inside a word is the word's already.
     assert tok.encode(" \u0301迅").offsets == [(2, 3)]
     assert tok.encode("l\u0301u").offsets == [(0, 1), (2, 3)]
+    # An enclosing mark (which no normalization drops), and a cased vocab, which keeps every mark:
+    # still the character's, not a word of their own.
+    assert tok.encode("迅\u20dd").words == [(0, 2)]
+    cased = Tokenizer(tok._vocab, do_lower_case=False)
+    assert cased.words("迅\u0301x") == [("迅", [0], 2), ("x", [2], 3)]
+    # Pieces join letter to letter, digit to digit: "x3" may name "x", "lu" is one word.
+    digits = Tokenizer({**tok._vocab, "##3": 8})
+    assert digits.encode("x3").words == [(0, 1), (1, 2)]
 
 
 def test_tokenization_spans_are_whole_words():
