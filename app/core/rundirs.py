@@ -33,8 +33,10 @@ def make_run_dir(prefix: str, *, mode: int = 0o700) -> Path:
 
 def remove_stale_run_dirs(prefix: str, parent: Path | None = None) -> list[Path]:
     """Remove the ``PREFIX*`` directories in ``parent`` (default: the temporary directory) left by
-    processes that were killed: those of this user whose owner file names no running process. One
-    without that file (being made right now) or whose owner runs is left alone (a pid taken again by
+    processes that were killed: those of this user whose owner file names no running process, or
+    this one (a container restarted in its pod starts the same programs in the same order, and this
+    process's pid was often the killed one's; it makes its own directory after this). One without
+    that file (being made right now) or whose owner runs is left alone (a pid taken again by
     another process counts as running). Returns the removed."""
     removed = []
     for run_dir in sorted((parent or Path(tempfile.gettempdir())).glob(f"{prefix}*")):
@@ -44,13 +46,14 @@ def remove_stale_run_dirs(prefix: str, parent: Path | None = None) -> list[Path]
             pid = int((run_dir / OWNER_FILE).read_text(encoding="ascii"))
         except (OSError, ValueError):
             continue
-        try:
-            os.kill(pid, 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+        if pid != os.getpid():  # this process makes its own after: one naming it is a restart's
+            try:
+                os.kill(pid, 0)
+                continue
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
         shutil.rmtree(run_dir, ignore_errors=True)
         removed.append(run_dir)
     return removed

@@ -19,7 +19,8 @@ def dead_pid() -> int:
 def test_rundirs_remove_only_the_directories_of_killed_processes(tmp_path: Path) -> None:
     gone = dead_pid()
     dirs = {}
-    for name, owner in (("killed", gone), ("running", os.getpid()), ("being-made", None)):
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    for name, owner in (("killed", gone), ("running", running.pid), ("being-made", None)):
         run_dir = tmp_path / f"spo-serve-{name}"
         (run_dir / "nginx" / "client_body_temp").mkdir(parents=True)
         if owner is not None:
@@ -36,6 +37,13 @@ def test_rundirs_remove_only_the_directories_of_killed_processes(tmp_path: Path)
         "spo-serve-running",
     ]
     assert remove_stale_run_dirs("spo-metrics-", tmp_path) == [tmp_path / "spo-metrics-killed"]
+    running.kill()
+    running.wait()
+    # A container restarted in its pod (its /tmp kept): the killed process had this one's pid.
+    restart = tmp_path / "spo-serve-restart"
+    restart.mkdir()
+    (restart / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
+    assert remove_stale_run_dirs("spo-serve-", tmp_path) == [restart, dirs["running"]]
 
 
 def test_rundirs_make_a_private_directory_named_after_its_owner(
@@ -49,4 +57,3 @@ def test_rundirs_make_a_private_directory_named_after_its_owner(
     assert run_dir.parent == tmp_path and run_dir.name.startswith("spo-x-")
     assert run_dir.stat().st_mode & 0o777 == 0o711
     assert (run_dir / OWNER_FILE).read_text(encoding="ascii") == f"{os.getpid()}\n"
-    assert remove_stale_run_dirs("spo-x-") == []  # its owner runs
