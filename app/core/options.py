@@ -238,7 +238,7 @@ def _bind(value: str) -> list[str]:
 def _socket_path_problem(path: Path) -> str | None:
     """gunicorn replaces a socket left at ``path`` and refuses anything else, in a traceback."""
     try:
-        mode = path.lstat().st_mode
+        mode = path.stat().st_mode  # a link to a socket is that socket, to gunicorn too
     except FileNotFoundError:
         return None
     except OSError as exc:

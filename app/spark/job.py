@@ -708,6 +708,9 @@ def _checked(record: Record, max_text_chars: int, field: str) -> Record:
     return record
 
 
+WIDE_TEXT_REMOTE_FILES = 1000  # files on HDFS, S3... looked at before the job (the rest are not)
+
+
 def _refuse_wide_text(spark: SparkSession, files: list[str]) -> None:
     """A UTF-16 or UTF-32 file (``wide_text_problem``; a .gz file's text) is refused before the
     job, as ``spo extract`` refuses it: read line by line, every line was an error row, and its
@@ -716,6 +719,14 @@ def _refuse_wide_text(spark: SparkSession, files: list[str]) -> None:
     assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
+    remote = [uri for uri in files if not uri.startswith("file:")]
+    if len(remote) > WIDE_TEXT_REMOTE_FILES:  # a look costs a few round trips each, on the driver
+        logger.info(
+            "%d files not on this machine: the first %d are looked at for UTF-16 text",
+            len(remote),
+            WIDE_TEXT_REMOTE_FILES,
+        )
+        files = [uri for uri in files if uri.startswith("file:")] + remote[:WIDE_TEXT_REMOTE_FILES]
     for uri in files:
         try:
             path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))
@@ -801,9 +812,9 @@ def output_problem(
 ) -> str | None:
     """Why ``output`` may not be written (None: it may), asked through Hadoop (local, HDFS, S3...).
 
-    Spark's overwrite deletes the whole output path first: an output that is an input, or a directory
-    holding one, would delete the input; one that holds anything but a previous output's files would
-    delete those."""
+    ``--force`` replaces the whole output path (``_put_in_place``): an output that is an input, or
+    a directory holding one, would delete the input; one that holds anything but a previous output's
+    files would delete those."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -1000,7 +1011,10 @@ def _beside(spark: SparkSession, output: str, what: str) -> str:
     """A hidden name in OUTPUT's directory (Spark's readers skip a name starting with ".")."""
     fs, path = _hadoop(spark, output)
     full = fs.makeQualified(path)
-    return str(full.getParent().toString()) + f"/.{full.getName()}.{what}-{uuid.uuid4().hex[:12]}"
+    parent = full.getParent()
+    if parent is None:
+        raise SparkExtractError(f"{output} is a file system's root: name a directory inside it")
+    return str(parent.toString()) + f"/.{full.getName()}.{what}-{uuid.uuid4().hex[:12]}"
 
 
 def _delete(spark: SparkSession, path: str) -> None:
@@ -1013,25 +1027,33 @@ def _delete(spark: SparkSession, path: str) -> None:
 
 def _put_in_place(spark: SparkSession, staging: str, output: str, *, force: bool) -> None:
     """Rename the written ``staging`` to ``output``; an earlier output (``force``) is moved aside
-    first and deleted once the new one is in place, or put back if the rename fails."""
+    first and deleted once the new one is in place, or put back if the rename fails. A file system
+    refuses by returning False (local) or by raising (HDFS permissions, S3A): both are one line."""
     fs, out = _hadoop(spark, output)
     _, new = _hadoop(spark, staging)
     old = None
-    if fs.exists(out):
-        if not force:  # made meanwhile (output_problem found it free)
-            _delete(spark, staging)
-            raise SparkExtractError(f"{output} exists; use --force to overwrite it")
-        _, old = _hadoop(spark, _beside(spark, output, "spo-old"))
-        if not fs.rename(out, old):
-            _delete(spark, staging)
-            raise SparkExtractError(f"cannot replace {output}: it could not be moved aside")
-    if not fs.rename(new, out):
+    try:
+        if fs.exists(out):
+            if not force:  # made meanwhile (output_problem found it free)
+                raise SparkExtractError(f"{output} exists; use --force to overwrite it")
+            _, old = _hadoop(spark, _beside(spark, output, "spo-old"))
+            if not fs.rename(out, old):
+                old = None
+                raise SparkExtractError(f"cannot replace {output}: it could not be moved aside")
+        if not fs.rename(new, out):
+            raise SparkExtractError(f"cannot write {output}: the new output could not be put there")
+    except BaseException as exc:
         if old is not None:
-            fs.rename(old, out)
+            try:
+                fs.rename(old, out)
+            except Exception:  # said below, with where the earlier output is
+                logger.error("the earlier output of %s is at %s", output, old.toString())
         _delete(spark, staging)
-        raise SparkExtractError(f"cannot write {output}: the new output could not be renamed there")
+        if isinstance(exc, SparkExtractError) or not isinstance(exc, Exception):
+            raise
+        raise SparkExtractError(f"cannot write {output}: {_cause(exc)}") from None
     if old is not None:
-        fs.delete(old, True)
+        _delete(spark, str(old.toString()))
 
 
 # Attempts of a task on a local master: Spark's local mode fails the job at a task's first failure
