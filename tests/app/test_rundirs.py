@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.core.rundirs import OWNER_FILE, make_run_dir, remove_stale_run_dirs
+from app.core.rundirs import OWNER_FILE, make_run_dir, owner_line, remove_stale_run_dirs
 
 
 def dead_pid() -> int:
@@ -39,11 +39,16 @@ def test_rundirs_remove_only_the_directories_of_killed_processes(tmp_path: Path)
     assert remove_stale_run_dirs("spo-metrics-", tmp_path) == [tmp_path / "spo-metrics-killed"]
     running.kill()
     running.wait()
-    # A container restarted in its pod (its /tmp kept): the killed process had this one's pid.
-    restart = tmp_path / "spo-serve-restart"
+    # A container restarted in its pod (its /tmp kept): the killed process had this one's pid,
+    # and another start time. This process's own directory stays.
+    restart, mine = tmp_path / "spo-serve-restart", tmp_path / "spo-serve-mine"
     restart.mkdir()
-    (restart / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
+    mine.mkdir()
+    pid, started = owner_line(os.getpid()).split()
+    (restart / OWNER_FILE).write_text(f"{pid} {float(started) - 60:.2f}\n", encoding="ascii")
+    (mine / OWNER_FILE).write_text(owner_line(os.getpid()), encoding="ascii")
     assert remove_stale_run_dirs("spo-serve-", tmp_path) == [restart, dirs["running"]]
+    assert mine.is_dir()
 
 
 def test_rundirs_make_a_private_directory_named_after_its_owner(
@@ -56,4 +61,5 @@ def test_rundirs_make_a_private_directory_named_after_its_owner(
     run_dir = make_run_dir("spo-x-", mode=0o711)
     assert run_dir.parent == tmp_path and run_dir.name.startswith("spo-x-")
     assert run_dir.stat().st_mode & 0o777 == 0o711
-    assert (run_dir / OWNER_FILE).read_text(encoding="ascii") == f"{os.getpid()}\n"
+    assert (run_dir / OWNER_FILE).read_text(encoding="ascii") == owner_line(os.getpid())
+    assert remove_stale_run_dirs("spo-x-") == []  # its owner runs

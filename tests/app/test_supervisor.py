@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.core.rundirs import OWNER_FILE
+from app.core.rundirs import OWNER_FILE, owner_line
 from app.serving.launch import default_pid_file
 from app.serving.supervisor import find_nginx
 from tests.app.test_live import PROBLEM, call, free_port, post_json, wait_ready
@@ -113,7 +113,7 @@ def test_supervisor_serves_through_nginx_reloads_and_stops_cleanly(
         run_dir = run_dir_of(log)
         assert (run_dir / "gunicorn.sock").is_socket()
         assert run_dir.stat().st_mode & 0o777 == 0o711
-        assert (run_dir / OWNER_FILE).read_text() == f"{process.pid}\n"
+        assert (run_dir / OWNER_FILE).read_text() == owner_line(process.pid)
         nginx_pid = int((run_dir / "nginx" / "nginx.pid").read_text())
         gunicorn_pid = int(pid_file.read_text())
         answer = post_json(port, {"text": "李白出生于碎叶城。"})
