@@ -359,9 +359,8 @@ class Extractor:
     def _span(self, text: str, encoding: Encoding, window: Window, head: int, tail: int) -> Span:
         """Character span of window tokens ``head..tail`` (row positions, ``[CLS]`` = 0): the whole
         words they touch (``Encoding.words``)."""
-        words = encoding.words or encoding.offsets
-        start = words[window.start + head - 1][0]
-        end = words[window.start + tail - 1][1]
+        start = encoding.words[window.start + head - 1][0]
+        end = encoding.words[window.start + tail - 1][1]
         return Span(start, end, text[start:end])
 
     def _collect(

@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from nlp import quiet_tensorflow
@@ -101,7 +101,7 @@ class Encoding:
 
     token_ids: list[int]
     offsets: list[tuple[int, int]]
-    words: list[tuple[int, int]] = field(default_factory=list)  # empty: the offsets are the words
+    words: list[tuple[int, int]]
 
     def __len__(self) -> int:
         return len(self.token_ids)

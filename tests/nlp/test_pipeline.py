@@ -144,7 +144,8 @@ def test_pipeline_windows_prefer_sentence_ends():
     from nlp.tokenization import Encoding
 
     text = "甲乙丙。丁戊己庚辛壬癸子丑"
-    enc = Encoding(list(range(len(text))), [(i, i + 1) for i in range(len(text))])
+    spans = [(i, i + 1) for i in range(len(text))]
+    enc = Encoding(list(range(len(text))), spans, spans)
     windows = plan_windows(text, enc, 0, max_tokens=6, overlap=2)
     assert windows[0] == Window(0, 0, 4)  # cut after 。 rather than at 6 tokens
     assert windows[-1].stop == len(text)
