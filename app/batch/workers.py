@@ -183,7 +183,7 @@ def _worker_main(conn: Connection, factory: ExtractorFactory, spec: WorkSpec) ->
     try:
         extractor = factory(spec.options)
     except SpoError as exc:  # told as itself: the run stops with the same line as --workers 0
-        _tell(conn, ("failed", f"{exc.code}: {exc.message}", exc.code, exc.message, exc.field))
+        _tell(conn, ("load_error", exc.code, exc.message, exc.field))
         return
     except Exception:
         _tell(conn, ("failed", traceback.format_exc()))
@@ -310,8 +310,8 @@ class ProcessExecutor:
             if message[0] == "ready":
                 worker.ready = True
                 return
-            if len(message) == 5:  # a load error of the model's own
-                _, _, code, text, field = message
+            if message[0] == "load_error":  # the model's own, raised again as what it was
+                _, code, text, field = message
                 raise _LOAD_ERRORS.get(code, ModelLoadError)(text, field=field)
             raise ModelLoadError(f"worker could not load the model: {message[1]}")
         if not worker.process.is_alive():
