@@ -55,6 +55,7 @@ fact, not the words around it.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import random
 import re
@@ -1679,14 +1680,38 @@ def _valid(rec: Record) -> bool:
     return True
 
 
-def write_records(fh: IO[str], n: int, seed: int, split: str = "train") -> int:
-    """Write ``n`` records of the corpus ``seed`` and ``split`` name, one JSON line each, to ``fh``."""
+# Everyday sentences written by hand for training (issue 23's seventeenth round): the language the
+# templates do not reach. Written without reading the evaluation sets; no text of theirs and none of
+# their gold triples occurs here (tests/training/test_handwritten.py). docs/training.md tells how.
+HAND_WRITTEN = "handwritten.jsonl"
+
+
+def hand_written_records() -> list[Record]:
+    """The project's hand-written training sentences (``training/handwritten.jsonl``), their
+    ``entities`` the typed arguments of their triples (the sentences carry no other labels)."""
+    lines = importlib.resources.files("training").joinpath(HAND_WRITTEN).read_text("utf-8")
+    records = []
+    for line in lines.splitlines():
+        doc = json.loads(line)
+        triples = [(s, p, o) for s, p, o in doc["triples"]]
+        records.append(Record(doc["text"], triples, triple_entities(triples)))
+    return records
+
+
+def write_records(
+    fh: IO[str], n: int, seed: int, split: str = "train", hand_written: int = 0
+) -> int:
+    """Write ``n`` records of the corpus ``seed`` and ``split`` name, one JSON line each, to ``fh``,
+    then ``hand_written`` copies of the hand-written sentences; return the number of lines."""
     for rec in CorpusGenerator(seed, split).records(n):
         fh.write(rec.to_json() + "\n")
-    return n
+    extra = hand_written_records() if hand_written else []
+    for _ in range(hand_written):
+        fh.writelines(rec.to_json() + "\n" for rec in extra)
+    return n + hand_written * len(extra)
 
 
-def write_corpus(path: Path, n: int, seed: int, split: str = "train") -> int:
+def write_corpus(path: Path, n: int, seed: int, split: str = "train", hand_written: int = 0) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
-        return write_records(fh, n, seed, split)
+        return write_records(fh, n, seed, split, hand_written)

@@ -172,12 +172,30 @@ def _choice(*decls: str, choices: tuple[str, ...], **kwargs: Any) -> Callable[[F
     choices=("train", "heldout"),
     help="Name pool: held-out names never occur in the training pool.",
 )
+@click.option(
+    "--hand-written",
+    "hand_written",
+    type=click.IntRange(0, 100),
+    default=0,
+    show_default=True,
+    metavar="COPIES",
+    help="Also write COPIES copies of the project's hand-written training sentences after the "
+    "generated records (train split only; their entities are their triples' arguments, so they "
+    "suit the triples task).",
+)
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> None:
+def make_corpus(
+    out: Path, count: int, seed: int, split: str, hand_written: int, force: bool
+) -> None:
     """Write a synthetic DuIE-style corpus (JSON lines) to OUT, or - for stdout (needs the
     training extra: faker).
 
     OUT is written whole or not at all (a temporary file beside it, renamed at the end)."""
+    if hand_written and split != "train":
+        raise click.BadParameter(
+            "the hand-written sentences are training text: use them with --split train",
+            param_hint="--hand-written",
+        )
     to_stdout = str(out) == "-"
     if to_stdout and sys.stdout is None:  # started with stdout closed (`>&-`)
         raise click.BadParameter("stdout is closed: name a file", param_hint="OUT")
@@ -195,21 +213,30 @@ def make_corpus(out: Path, count: int, seed: int, split: str, force: bool) -> No
     if to_stdout:
         stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
         try:
-            write_records(stdout, count, seed, split)
+            written = write_records(stdout, count, seed, split, hand_written)
             stdout.flush()
         except BrokenPipeError:  # the reader went away (| head): stop quietly, as spo extract does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(1) from None
         finally:
             stdout.detach()
-        click.echo(f"-: {count} records (seed {seed}, {split} names)", err=True)
+        click.echo(f"-: {_corpus_summary(count, seed, split, written)}", err=True)
         return
     with _sigterm_unwinds(), _written_whole(out) as tmp:  # killed: no .partial file left behind
         try:
-            write_corpus(tmp, count, seed, split)
+            written = write_corpus(tmp, count, seed, split, hand_written)
         except OSError as exc:
             raise _cannot_write(out, exc) from None
-    click.echo(f"{out}: {count} records (seed {seed}, {split} names)")
+    click.echo(f"{out}: {_corpus_summary(count, seed, split, written)}")
+
+
+def _corpus_summary(count: int, seed: int, split: str, written: int) -> str:
+    """What ``spo make-corpus`` wrote: ``96000 records (seed 1, train names)``, and the
+    hand-written lines after them when there are any."""
+    summary = f"{count} records (seed {seed}, {split} names)"
+    if written > count:
+        summary += f" and {written - count} hand-written"
+    return summary
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:

@@ -265,6 +265,34 @@ def test_modelcli_make_corpus_writes_to_stdout_with_a_dash(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jsonl"]  # no file named "-"
 
 
+def test_modelcli_make_corpus_adds_the_hand_written_sentences_after_the_generated(tmp_path):
+    from training.corpus import hand_written_records, write_corpus
+    from training.schema import triple_entities
+
+    out = tmp_path / "a.jsonl"
+    result = CliRunner().invoke(main, ["make-corpus", str(out), "--n", "30", "--hand-written", "2"])
+    assert result.exit_code == 0, result.output
+    written = hand_written_records()
+    assert (
+        result.output
+        == f"{out}: 30 records (seed 1, train names) and {2 * len(written)} hand-written\n"
+    )
+    write_corpus(tmp_path / "b.jsonl", 30, seed=1)
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert "".join(lines[:30]) == (tmp_path / "b.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(x)["text"] for x in lines[30:]] == [r.text for r in written] * 2
+    first = json.loads(lines[30])
+    assert first["entities"] == [list(e) for e in triple_entities(first["triples"])]
+
+
+def test_modelcli_make_corpus_refuses_hand_written_sentences_for_a_held_out_set(tmp_path):
+    out = tmp_path / "h.jsonl"
+    args = ["make-corpus", str(out), "--n", "3", "--split", "heldout", "--hand-written", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "--split train" in result.output
+    assert not out.exists()
+
+
 def test_modelcli_make_corpus_to_a_closed_pipe_stops_quietly(tmp_path):
     spo = Path(sys.executable).with_name("spo")
     done = subprocess.run(
