@@ -1688,30 +1688,36 @@ HAND_WRITTEN = "handwritten.jsonl"
 
 def hand_written_records() -> list[Record]:
     """The project's hand-written training sentences (``training/handwritten.jsonl``), their
-    ``entities`` the typed arguments of their triples (the sentences carry no other labels)."""
+    ``entities`` the typed arguments of their triples (the sentences carry no other labels).
+
+    Raises OSError when the file cannot be read, ValueError naming the line that is not a record.
+    """
     lines = importlib.resources.files("training").joinpath(HAND_WRITTEN).read_text("utf-8")
     records = []
-    for line in lines.splitlines():
-        doc = json.loads(line)
-        triples = [(s, p, o) for s, p, o in doc["triples"]]
-        records.append(Record(doc["text"], triples, triple_entities(triples)))
+    for n, line in enumerate(lines.splitlines(), 1):
+        try:
+            doc = json.loads(line)
+            text, triples = doc["text"], [(s, p, o) for s, p, o in doc["triples"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{HAND_WRITTEN} line {n}: not a training record ({exc})") from None
+        records.append(Record(text, triples, triple_entities(triples)))
     return records
 
 
 def write_records(
-    fh: IO[str], n: int, seed: int, split: str = "train", hand_written: int = 0
+    fh: IO[str], n: int, seed: int, split: str = "train", extra: Sequence[Record] = ()
 ) -> int:
     """Write ``n`` records of the corpus ``seed`` and ``split`` name, one JSON line each, to ``fh``,
-    then ``hand_written`` copies of the hand-written sentences; return the number of lines."""
+    then the ``extra`` records (the hand-written sentences); return the number of lines."""
     for rec in CorpusGenerator(seed, split).records(n):
         fh.write(rec.to_json() + "\n")
-    extra = hand_written_records() if hand_written else []
-    for _ in range(hand_written):
-        fh.writelines(rec.to_json() + "\n" for rec in extra)
-    return n + hand_written * len(extra)
+    fh.writelines(rec.to_json() + "\n" for rec in extra)
+    return n + len(extra)
 
 
-def write_corpus(path: Path, n: int, seed: int, split: str = "train", hand_written: int = 0) -> int:
+def write_corpus(
+    path: Path, n: int, seed: int, split: str = "train", extra: Sequence[Record] = ()
+) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
-        return write_records(fh, n, seed, split, hand_written)
+        return write_records(fh, n, seed, split, extra)

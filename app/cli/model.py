@@ -188,7 +188,8 @@ def make_corpus(
     out: Path, count: int, seed: int, split: str, hand_written: int, force: bool
 ) -> None:
     """Write a synthetic DuIE-style corpus (JSON lines) to OUT, or - for stdout (needs the
-    training extra: faker).
+    training extra: faker); with --hand-written, the project's hand-written training sentences
+    after it.
 
     OUT is written whole or not at all (a temporary file beside it, renamed at the end)."""
     if hand_written and split != "train":
@@ -203,17 +204,23 @@ def make_corpus(
     if problem is not None:
         raise click.BadParameter(problem, param_hint="OUT")
     try:
-        from training.corpus import write_corpus, write_records
+        from training.corpus import hand_written_records, write_corpus, write_records
     except ImportError as exc:
         raise click.ClickException(
             f"make-corpus needs the training extra ({exc.name} is missing): "
             "pip install 'spo-service[training]' (in a checkout: make extra-training)"
         ) from None
+    try:  # read before the corpus is written: a broken install fails at once, OUT untouched
+        extra = hand_written_records() * hand_written if hand_written else []
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(
+            f"cannot read the hand-written training sentences: {exc}"
+        ) from None
 
     if to_stdout:
         stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
         try:
-            written = write_records(stdout, count, seed, split, hand_written)
+            written = write_records(stdout, count, seed, split, extra)
             stdout.flush()
         except BrokenPipeError:  # the reader went away (| head): stop quietly, as spo extract does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -224,7 +231,7 @@ def make_corpus(
         return
     with _sigterm_unwinds(), _written_whole(out) as tmp:  # killed: no .partial file left behind
         try:
-            written = write_corpus(tmp, count, seed, split, hand_written)
+            written = write_corpus(tmp, count, seed, split, extra)
         except OSError as exc:
             raise _cannot_write(out, exc) from None
     click.echo(f"{out}: {_corpus_summary(count, seed, split, written)}")

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         env=env,
     )
     (wheel,) = (base / "dist").glob("spo_service-*.whl")
+    # `spo make-corpus --hand-written` reads its sentences from the package, not the checkout.
+    assert "training/handwritten.jsonl" in zipfile.ZipFile(wheel).namelist()
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], env=env)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]

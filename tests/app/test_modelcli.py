@@ -265,24 +265,46 @@ def test_modelcli_make_corpus_writes_to_stdout_with_a_dash(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.jsonl"]  # no file named "-"
 
 
-def test_modelcli_make_corpus_adds_the_hand_written_sentences_after_the_generated(tmp_path):
+def test_modelcli_make_corpus_adds_the_hand_written_sentences_after_the_generated(
+    tmp_path, monkeypatch
+):
     from training.corpus import hand_written_records, write_corpus
-    from training.schema import triple_entities
 
     out = tmp_path / "a.jsonl"
     result = CliRunner().invoke(main, ["make-corpus", str(out), "--n", "30", "--hand-written", "2"])
     assert result.exit_code == 0, result.output
     written = hand_written_records()
-    assert (
-        result.output
-        == f"{out}: 30 records (seed 1, train names) and {2 * len(written)} hand-written\n"
-    )
+    summary = f"30 records (seed 1, train names) and {2 * len(written)} hand-written\n"
+    assert result.output == f"{out}: {summary}"
     write_corpus(tmp_path / "b.jsonl", 30, seed=1)
     lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
     assert "".join(lines[:30]) == (tmp_path / "b.jsonl").read_text(encoding="utf-8")
     assert [json.loads(x)["text"] for x in lines[30:]] == [r.text for r in written] * 2
-    first = json.loads(lines[30])
-    assert first["entities"] == [list(e) for e in triple_entities(first["triples"])]
+    assert set(json.loads(lines[30])) == {"text", "triples", "entities"}
+
+    monkeypatch.chdir(tmp_path)  # and to stdout, the summary on stderr
+    result = CliRunner().invoke(main, ["make-corpus", "-", "--n", "30", "--hand-written", "2"])
+    assert result.exit_code == 0 and result.stdout_bytes == out.read_bytes()
+    assert result.stderr == f"-: {summary}"
+
+
+def test_modelcli_make_corpus_says_so_when_the_hand_written_sentences_cannot_be_read(
+    tmp_path, monkeypatch
+):
+    import training.corpus
+
+    def unreadable() -> list:
+        raise FileNotFoundError(2, "No such file or directory", "handwritten.jsonl")
+
+    monkeypatch.setattr(training.corpus, "hand_written_records", unreadable)
+    out = tmp_path / "a.jsonl"
+    for target in (str(out), "-"):
+        args = ["make-corpus", target, "--n", "30", "--hand-written", "1"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1, result.output
+        assert "cannot read the hand-written training sentences" in result.stderr
+        assert "handwritten.jsonl" in result.stderr and result.stdout == ""
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_modelcli_make_corpus_refuses_hand_written_sentences_for_a_held_out_set(tmp_path):
@@ -320,7 +342,7 @@ def test_modelcli_make_corpus_never_replaces_a_file_unasked_nor_leaves_half_a_co
     assert result.exit_code == 2 and "exists (use --force to replace it)" in result.output
     assert out.read_bytes() == before
 
-    def interrupted(path, n, seed, split="train"):
+    def interrupted(path, n, seed, split="train", extra=()):
         path.write_text('{"text": "half"}\n', encoding="utf-8")
         raise KeyboardInterrupt
 

@@ -82,7 +82,3 @@ def test_handwritten_records_load_as_the_corpus_writes_them(docs: list[dict]) ->
     records = hand_written_records()
     assert [r.text for r in records] == [d["text"] for d in docs]
     assert [[list(t) for t in r.triples] for r in records] == [d["triples"] for d in docs]
-    assert all(
-        {name for name, _ in r.entities} == {x for s, _, o in r.triples for x in (s, o)}
-        for r in records
-    )
