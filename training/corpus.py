@@ -1680,7 +1680,7 @@ def _valid(rec: Record) -> bool:
     return True
 
 
-# Everyday sentences written by hand for training (issue 23's seventeenth round): the language the
+# Everyday sentences written by hand for training (issue 23's last rounds): the language the
 # templates do not reach. Written without reading the evaluation sets; no text of theirs and none of
 # their gold triples occurs here (tests/training/test_handwritten.py). docs/training.md tells how.
 HAND_WRITTEN = "handwritten.jsonl"

@@ -220,30 +220,28 @@ def make_corpus(
     if to_stdout:
         stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
         try:
-            written = write_records(stdout, count, seed, split, extra)
+            write_records(stdout, count, seed, split, extra)
             stdout.flush()
         except BrokenPipeError:  # the reader went away (| head): stop quietly, as spo extract does
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(1) from None
         finally:
             stdout.detach()
-        click.echo(f"-: {_corpus_summary(count, seed, split, written)}", err=True)
+        click.echo(f"-: {_corpus_summary(count, seed, split, len(extra))}", err=True)
         return
     with _sigterm_unwinds(), _written_whole(out) as tmp:  # killed: no .partial file left behind
         try:
-            written = write_corpus(tmp, count, seed, split, extra)
+            write_corpus(tmp, count, seed, split, extra)
         except OSError as exc:
             raise _cannot_write(out, exc) from None
-    click.echo(f"{out}: {_corpus_summary(count, seed, split, written)}")
+    click.echo(f"{out}: {_corpus_summary(count, seed, split, len(extra))}")
 
 
-def _corpus_summary(count: int, seed: int, split: str, written: int) -> str:
+def _corpus_summary(count: int, seed: int, split: str, hand_written: int) -> str:
     """What ``spo make-corpus`` wrote: ``96000 records (seed 1, train names)``, and the
     hand-written lines after them when there are any."""
     summary = f"{count} records (seed {seed}, {split} names)"
-    if written > count:
-        summary += f" and {written - count} hand-written"
-    return summary
+    return summary + (f" and {hand_written} hand-written" if hand_written else "")
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
