@@ -6,7 +6,9 @@ A model directory holds a SavedModel (``saved_model.pb``, ``variables/``) and ``
       "format_version": 1,
       "name": "demo", "version": "1",
       "task": "triples",                       # or "entities" (nlp.tasks.Task)
-      "predicates": [{"predicate": "出生地", "subject_type": "人物", "object_type": "地点"}],
+      "predicates": [{"predicate": "出生地", "subject_type": "人物", "object_type": "地点"},
+                     {"predicate": "首都", "subject_type": "国家", "object_type": "城市",
+                      "cardinality": "one_to_one"}],      # optional (nlp.decoding.CARDINALITIES)
       "entity_types": ["人物", "地点"],          # entities task only
       "vocab": {"path": "vocab.txt", "sha256": "..."},
       "do_lower_case": true,
@@ -65,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from nlp.config import DEMO_VOCAB
-from nlp.decoding import LINK_RULES
+from nlp.decoding import CARDINALITIES, LINK_RULES
 from nlp.errors import ManifestError, ModelLoadError, UnsupportedPrecision
 from nlp.tasks import TASK_NAMES, PredicateSchema, Task, task_named
 from nlp.vocab import read_vocab
@@ -380,6 +382,9 @@ def copy_vocab_in(directory: Path) -> Path | None:
     return manifest.vocab_path
 
 
+PREDICATE_KEYS = ("predicate", "subject_type", "object_type", "cardinality")
+
+
 def _predicates(raw: list[Any]) -> tuple[PredicateSchema, ...]:
     """The ``predicates`` of a triples model: unique, each with its subject and object types."""
     if not raw:
@@ -389,11 +394,27 @@ def _predicates(raw: list[Any]) -> tuple[PredicateSchema, ...]:
         where = f"predicates[{i}]"
         if not isinstance(item, dict):
             raise _fail(where, "expected an object with predicate, subject_type, object_type")
+        for key in item:  # a misspelt cardinality would silently leave the predicate unlimited
+            if key not in PREDICATE_KEYS:
+                close = difflib.get_close_matches(str(key), PREDICATE_KEYS, n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else f"its keys: {', '.join(PREDICATE_KEYS)}"
+                )
+                raise _fail(f"{where}.{key}", f"unknown in format {FORMAT_VERSION} ({hint})")
+        cardinality = item.get("cardinality", CARDINALITIES[0])
+        if cardinality not in CARDINALITIES:
+            raise _fail(
+                f"{where}.cardinality",
+                f"expected one of {', '.join(CARDINALITIES)}, got {cardinality!r}",
+            )
         predicates.append(
             PredicateSchema(
                 predicate=_nonempty_str(item.get("predicate"), f"{where}.predicate"),
                 subject_type=_nonempty_str(item.get("subject_type"), f"{where}.subject_type"),
                 object_type=_nonempty_str(item.get("object_type"), f"{where}.object_type"),
+                cardinality=cardinality,
             )
         )
     names = [p.predicate for p in predicates]
@@ -644,7 +665,7 @@ MANIFEST_FIELDS: tuple[ManifestField, ...] = (
     ManifestField("name", str, "the model's name, as `GET /v1/model` and every answer report it", lambda raw, reading: _nonempty_str(raw, "name"), required=True),
     ManifestField("version", (str, int), "the model's version, reported beside its name (an integer is read as its string)", lambda raw, reading: str(raw), default="1"),
     ManifestField("task", str, "`triples` (GPLinker: entity, head-head and tail-tail GlobalPointers) or `entities` (typed GlobalPointer NER)", _task, required=True),
-    _labels_field("predicates", _predicates, '`[{"predicate", "subject_type", "object_type"}]`, unique, in the order of the head/tail outputs'),
+    _labels_field("predicates", _predicates, '`[{"predicate", "subject_type", "object_type"}]`, unique, in the order of the head/tail outputs; each may add `"cardinality"`: `many_to_one` (a subject has at most one object per text), `one_to_many` (an object at most one subject), `one_to_one` (both) or `many_to_many` (no limit, the default); where more links clear the threshold, the best-scoring are kept (`nlp.decoding.CARDINALITIES`)'),
     _labels_field("entity_types", _entity_types, "the type names, unique, in output order"),
     ManifestField("vocab", dict, '`{"path", "sha256"}`; the path is relative to the model directory (`"vocab.txt"`, as every `spo` command writes it) or absolute', _vocab, required=True, attrs=("vocab_path", "vocab_sha256")),
     ManifestField("do_lower_case", bool, "as the model was trained", default=True),

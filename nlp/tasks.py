@@ -17,24 +17,29 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from nlp.decoding import FloatArray, decode_spans, decode_triples
+from nlp.decoding import CARDINALITIES, FloatArray, decode_spans, decode_triples
 from nlp.values import Entity, Span, Triple
 
 
 @dataclass(frozen=True)
 class PredicateSchema:
-    """A label of the triples task: a predicate and the types of its subject and object."""
+    """A label of the triples task: a predicate, the types of its subject and object, and how many
+    links it may make per text (``nlp.decoding.CARDINALITIES``; written only when limited)."""
 
     predicate: str
     subject_type: str
     object_type: str
+    cardinality: str = CARDINALITIES[0]
 
     def to_dict(self) -> dict[str, str]:
-        return {
+        out = {
             "predicate": self.predicate,
             "subject_type": self.subject_type,
             "object_type": self.object_type,
         }
+        if self.cardinality != CARDINALITIES[0]:
+            out["cardinality"] = self.cardinality
+        return out
 
 
 class Labelled(Protocol):
@@ -81,7 +86,13 @@ def _decode_triples(
     triples = []
     entity_logits, head_logits, tail_logits = outputs
     found = decode_triples(
-        entity_logits, head_logits, tail_logits, n_tokens, threshold, model.link_rule
+        entity_logits,
+        head_logits,
+        tail_logits,
+        n_tokens,
+        threshold,
+        model.link_rule,
+        [p.cardinality for p in model.predicates],
     )
     for t in found:
         schema = model.predicates[t.predicate]

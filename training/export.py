@@ -23,6 +23,7 @@ from nlp import quiet_tensorflow
 with quiet_tensorflow():
     import tensorflow as tf
 
+from nlp.decoding import CARDINALITIES
 from nlp.engine import first_line
 from nlp.errors import ManifestError, ModelLoadError
 from nlp.manifest import VOCAB_NAME, load_manifest, write_manifest
@@ -148,7 +149,8 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
     "subject_type"}`` object a line), the same objects as one JSON list (both give task
     ``triples`` and predicate entries in file order, duplicates dropped), or a JSON list of strings
     (entity types: task ``entities``). DuIE's ``object_type`` may be an object (``{"@value": ...}``
-    in DuIE 2.0); its ``@value`` is used.
+    in DuIE 2.0); its ``@value`` is used. An entry may add ``"cardinality"``
+    (``nlp.decoding.CARDINALITIES``), written into ``model.json`` as it is.
     """
     raw = Path(path).read_bytes()
     try:
@@ -187,6 +189,13 @@ def read_schema(path: str | Path) -> tuple[Task, list[Any]]:
             "subject_type": item.get("subject_type", ""),
             "object_type": obj,
         }
+        if "cardinality" in item:
+            entry["cardinality"] = item["cardinality"]
+            if entry["cardinality"] not in CARDINALITIES:
+                raise ValueError(
+                    f"{path}: entry {i}: cardinality must be one of {', '.join(CARDINALITIES)}, "
+                    f"got {item['cardinality']!r}"
+                )
         for field, value in entry.items():
             if not isinstance(value, str):  # a null was written as the type "None"
                 raise ValueError(f"{path}: entry {i}: {field} is not a string: {value!r}")

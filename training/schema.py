@@ -38,9 +38,21 @@ PREDICATES = tuple(p for p, _, _ in SCHEMA)
 SPOUSE_INVERSE = {"妻子": "丈夫", "丈夫": "妻子"}
 
 
+# Predicates that link at most once per subject and per object in a text (a country has one capital
+# and a city is one country's capital; a husband has one wife, as the corpus writes them): the
+# decoder keeps their best-scoring links (``nlp.decoding.CARDINALITIES``). Chosen from what the
+# predicates mean, not from scores; the others stay unlimited (a book with two authors, a city
+# many were born in).
+ONE_TO_ONE = ("首都", "妻子", "丈夫")
+
+
 def schema_documents() -> list[dict[str, str]]:
     """The schema as ``model.json`` predicate entries (DuIE ``all_50_schemas`` field names)."""
-    return [{"predicate": p, "subject_type": s, "object_type": o} for p, s, o in SCHEMA]
+    return [
+        {"predicate": p, "subject_type": s, "object_type": o}
+        | ({"cardinality": "one_to_one"} if p in ONE_TO_ONE else {})
+        for p, s, o in SCHEMA
+    ]
 
 
 # Entity types of the NER demo model (task ``entities``): the schema's argument types, coarsened to

@@ -22,7 +22,7 @@ from typing import Any
 from app.core.problems import CATALOGUE, LOAD_ERROR_CODES, Problem, problem_for
 from app.core.settings import Settings
 from app.web.auth import guarded
-from nlp.decoding import LINK_RULES
+from nlp.decoding import CARDINALITIES, LINK_RULES
 from nlp.tasks import TASK_NAMES
 from nlp.values import ENTITY, EXTRACTION, TRIPLE, Member, Shape
 
@@ -140,6 +140,13 @@ SCHEMAS: dict[str, Any] = {
                         "predicate": _STRING,
                         "subject_type": _STRING,
                         "object_type": _STRING,
+                        "cardinality": {
+                            "type": "string",
+                            "enum": list(CARDINALITIES),
+                            "description": "links per text: many_to_one (a subject has at most one "
+                            "object), one_to_many (an object at most one subject), one_to_one "
+                            "(both); absent: many_to_many (no limit)",
+                        },
                     },
                 },
             },

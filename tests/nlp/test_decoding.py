@@ -101,5 +101,95 @@ def test_decoding_refuses_an_unknown_link_rule():
         decode_triples(np.zeros((2, 5, 5)), np.zeros((1, 5, 5)), np.zeros((1, 5, 5)), 3, 0.0, "max")
 
 
+def naive_limited(entity, head, tail, threshold, link_rule, cardinality):
+    """Reference for ``cardinality``: of the links found, repeatedly take the best remaining one (ties:
+    the smallest (predicate, subject, object)) and strike every remaining link it rules out."""
+    left = naive_gplinker(entity, head, tail, threshold, link_rule)
+
+    def score(link):
+        (sh, st), p, (oh, ot) = link
+        a, b = head[p, sh, oh], tail[p, st, ot]
+        return min(a, b) if link_rule == "both" else (a + b) / 2
+
+    kept = set()
+    while left:
+        best = min(left, key=lambda link: (-score(link), link))
+        kept.add(best)
+        subject, p, obj = best
+        c = cardinality[p]
+        left = {
+            link
+            for link in left - {best}
+            if not (
+                link[1] == p
+                and (
+                    (c in ("many_to_one", "one_to_one") and link[0] == subject)
+                    or (c in ("one_to_many", "one_to_one") and link[2] == obj)
+                )
+            )
+        }
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("link_rule", ["both", "mean"])
+def test_decoding_cardinality_matches_naive_reference(seed, link_rule):
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 12))
+    length = n + 2
+    entity = rng.normal(0.5, 1.5, (2, length, length))
+    head = rng.normal(0.5, 1.5, (len(decoding.CARDINALITIES), length, length))
+    tail = rng.normal(0.5, 1.5, (len(decoding.CARDINALITIES), length, length))
+    cardinality = list(decoding.CARDINALITIES)
+    ours = decode_triples(entity, head, tail, n, 0.0, link_rule, cardinality)
+    assert _as_set(ours) == naive_limited(entity, head, tail, 0.0, link_rule, cardinality)
+    unlimited = decode_triples(entity, head, tail, n, 0.0, link_rule)
+    assert _as_set(ours) <= _as_set(unlimited)
+    assert decode_triples(entity, head, tail, n, 0.0, link_rule, ["many_to_many"] * 4) == unlimited
+
+
+def _parallel_statements():
+    """Subjects at tokens 1 and 2, objects at 3 and 4 (A的首都是X，B的首都是Y): every pair links, the
+    straight pairs (1, 3) and (2, 4) best; token 2 also links to 3 better than 1 does."""
+    entity = np.full((2, 6, 6), -9.0)
+    entity[0, 1, 1] = entity[0, 2, 2] = entity[1, 3, 3] = entity[1, 4, 4] = 5.0
+    head = np.full((1, 6, 6), 1.0)
+    head[0, 1, 3] = head[0, 2, 4] = 4.0
+    head[0, 2, 3] = 2.0
+    return entity, head, head.copy()
+
+
+@pytest.mark.parametrize(
+    ("cardinality", "pairs"),
+    [
+        ("many_to_many", [(1, 3), (1, 4), (2, 3), (2, 4)]),
+        ("many_to_one", [(1, 3), (2, 4)]),  # each subject its best object
+        ("one_to_many", [(1, 3), (2, 4)]),  # each object its best subject
+        ("one_to_one", [(1, 3), (2, 4)]),
+    ],
+)
+def test_decoding_cardinality_keeps_the_best_links(cardinality, pairs):
+    entity, head, tail = _parallel_statements()
+    found = decode_triples(entity, head, tail, 4, 0.0, "both", [cardinality])
+    assert [(t.subject[0], t.object[0]) for t in found] == pairs
+
+
+def test_decoding_a_limited_side_leaves_the_other_side_free():
+    entity, head, tail = _parallel_statements()
+    head[0, 2, 4] = tail[0, 2, 4] = 0.5  # token 2's own object is now its weakest
+    found = decode_triples(entity, head, tail, 4, 0.0, "both", ["many_to_one"])
+    assert [(t.subject[0], t.object[0]) for t in found] == [(1, 3), (2, 3)]  # 3 twice: allowed
+    found = decode_triples(entity, head, tail, 4, 0.0, "both", ["one_to_one"])
+    assert [(t.subject[0], t.object[0]) for t in found] == [(1, 3), (2, 4)]
+
+
+def test_decoding_refuses_an_unknown_cardinality_or_a_wrong_count():
+    e, h = np.zeros((2, 5, 5)), np.zeros((1, 5, 5))
+    with pytest.raises(ValueError, match=r"cardinality must be one of many_to_many, .*'one'"):
+        decode_triples(e, h, h, 3, 0.0, "both", ["one"])
+    with pytest.raises(ValueError, match="2 cardinalities for 1 predicates"):
+        decode_triples(e, h, h, 3, 0.0, "both", ["one_to_one", "one_to_one"])
+
+
 def test_decoding_doctests():
     assert doctest.testmod(decoding).failed == 0

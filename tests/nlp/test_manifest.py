@@ -99,6 +99,33 @@ def test_manifest_link_rule_defaults_to_both_and_is_reported(model_copy):
     assert m.link_rule == "mean" and m.summary()["link_rule"] == "mean"
 
 
+def test_manifest_cardinality_is_read_per_predicate_and_written_only_when_limited(model_copy):
+    assert {p.cardinality for p in load_manifest(model_copy).predicates} == {"many_to_many"}
+    _edit(model_copy, lambda d: d["predicates"][0].update(cardinality="one_to_one"))
+    m = load_manifest(model_copy)
+    assert [p.cardinality for p in m.predicates][:2] == ["one_to_one", "many_to_many"]
+    entries = m.summary()["predicates"]
+    assert entries[0]["cardinality"] == "one_to_one" and "cardinality" not in entries[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"cardinality": "one"}, r"predicates\[0\]\.cardinality': expected one of many_to_many"),
+        ({"cardinality": None}, r"predicates\[0\]\.cardinality': expected one of .* got None"),
+        (
+            {"cardinalty": "one_to_one"},
+            r"'predicates\[0\]\.cardinalty': unknown in format 1 \(did you mean 'cardinality'\?\)",
+        ),
+    ],
+)
+def test_manifest_refuses_a_bad_or_misspelt_cardinality(model_copy, change, message):
+    """A misspelt key would leave the predicate unlimited without a word."""
+    _edit(model_copy, lambda d: d["predicates"][0].update(change))
+    with pytest.raises(ManifestError, match=message):
+        load_manifest(model_copy)
+
+
 def test_manifest_single_row_length_step_defaults_to_8_and_null_turns_it_off(model_copy):
     assert load_manifest(model_copy).single_row_length_step == 8
     _edit(model_copy, lambda d: d.update(single_row_length_step=None))

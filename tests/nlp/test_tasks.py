@@ -103,6 +103,32 @@ def test_tasks_triples_decoder_follows_the_models_link_rule():
     assert decode([entity, head, tail], len(text), 0.0, _MeanLinks(), _span_of(text)) == ([], [])
 
 
+def test_tasks_triples_decoder_keeps_a_limited_predicates_best_links():
+    """意大利首都罗马西班牙首都马德里 read as tokens: both countries link to both cities, the straight
+    pairs best; 首都 ``one_to_one`` keeps those two, unlimited it keeps all four."""
+    text = "意大利首都罗马西班牙首都马德里"
+    entity = _logits(2, 17, [(0, 1, 3), (0, 8, 10), (1, 6, 7), (1, 13, 15)])
+    head = _logits(1, 17, [(0, 1, 6), (0, 8, 13)])
+    tail = _logits(1, 17, [(0, 3, 7), (0, 10, 15)])
+    head[0, 1, 13] = head[0, 8, 6] = tail[0, 3, 15] = tail[0, 10, 7] = 2.0  # crossed, weaker
+
+    class _Capitals:
+        entity_types = ()
+        link_rule = "both"
+
+        def __init__(self, cardinality):
+            self.predicates = (PredicateSchema("首都", "国家", "城市", cardinality),)
+
+    def pairs(cardinality):
+        _, found = Task.TRIPLES.decode(
+            [entity, head, tail], len(text), 0.0, _Capitals(cardinality), _span_of(text)
+        )
+        return sorted((t.subject.span.text, t.object.span.text) for t in found)
+
+    assert pairs("one_to_one") == [("意大利", "罗马"), ("西班牙", "马德里")]
+    assert len(pairs("many_to_many")) == 4
+
+
 @pytest.mark.parametrize("task", list(Task))
 def test_tasks_manifest_document_writes_only_the_tasks_labels(task, tmp_path):
     doc = manifest_document(

@@ -9,25 +9,15 @@ from tests.conftest import TINY_PREDICATES, _vocab_tokens
 from training.export import read_schema
 
 
-def _write_schema(path: Path, fmt: str) -> Path:
+def _write_schema(path: Path, fmt: str, first: dict[str, str] | None = None) -> Path:
+    """TINY_PREDICATES as a schema file, with ``first``'s keys added to the first predicate."""
+    entries = [{**p, **(first or {})} if i == 0 else p for i, p in enumerate(TINY_PREDICATES)]
     if fmt == "duie-jsonl":
         path.write_text(
-            "\n".join(
-                json.dumps(
-                    {
-                        "object_type": p["object_type"],
-                        "predicate": p["predicate"],
-                        "subject_type": p["subject_type"],
-                    },
-                    ensure_ascii=False,
-                )
-                for p in TINY_PREDICATES
-            )
-            + "\n",
-            encoding="utf-8",
+            "\n".join(json.dumps(p, ensure_ascii=False) for p in entries) + "\n", encoding="utf-8"
         )
     else:
-        path.write_text(json.dumps(TINY_PREDICATES, ensure_ascii=False), encoding="utf-8")
+        path.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
     return path
 
 
@@ -59,6 +49,18 @@ def test_export_read_schema_entity_types_and_duie2_objects(tmp_path: Path) -> No
         shown = value["@value"] if isinstance(value, dict) else value
         with pytest.raises(ValueError, match=f"entry 0: {field} is not a string: {shown!r}"):
             read_schema(tmp_path / "null.json")
+
+
+def test_export_read_schema_carries_a_predicates_cardinality(tmp_path: Path) -> None:
+    line = {"object_type": "城市", "predicate": "首都", "subject_type": "国家"}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps({**line, "cardinality": "one_to_one"}), encoding="utf-8")
+    assert read_schema(path)[1] == [{**line, "cardinality": "one_to_one"}]
+    path.write_text(json.dumps({**line, "cardinality": "1:1"}), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"entry 0: cardinality must be one of many_to_many, .*'1:1'"
+    ):
+        read_schema(path)
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a": 1}\n' + "[" * 100_000, "1" * 5000])
@@ -133,7 +135,7 @@ def test_export_user_model_scores_match_keras(
     out = export_user_model(
         bert_config_path=tmp_path / "bert_config.json",
         weights_path=weights,
-        schema_path=_write_schema(tmp_path / "schema", fmt),
+        schema_path=_write_schema(tmp_path / "schema", fmt, {"cardinality": "one_to_one"}),
         out_dir=tmp_path / "exported",
         vocab_path=vocab_path,
         head_size=16,
@@ -144,6 +146,7 @@ def test_export_user_model_scores_match_keras(
     assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
     assert (out / "vocab.txt").read_bytes() == vocab_path.read_bytes()
     assert [p.predicate for p in manifest.predicates] == [p["predicate"] for p in TINY_PREDICATES]
+    assert [p.cardinality for p in manifest.predicates][:2] == ["one_to_one", "many_to_many"]
     runtime = SessionRuntime(
         out,
         shapes=[(2, 16)],

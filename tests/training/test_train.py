@@ -11,7 +11,7 @@ import training.train
 from nlp.config import DEMO_VOCAB
 from nlp.tokenization import Tokenizer
 from training.corpus import CorpusGenerator
-from training.schema import ENTITY_TYPES, PREDICATES
+from training.schema import ENTITY_TYPES, ONE_TO_ONE, PREDICATES, schema_documents
 from training.train import encode_entities, encode_record, make_batch, noise_tokens
 
 
@@ -165,6 +165,15 @@ def test_train_entity_batches_have_one_fixed_label_array(tokenizer: Tokenizer) -
 
 
 @pytest.mark.slow
+def test_train_the_demo_model_declares_the_schemas_predicates() -> None:
+    """models/demo/model.json is the schema training writes: the same predicates, types and
+    cardinalities (a decoding limit added to the schema reaches the committed model too)."""
+    from nlp.config import DEMO_MODEL_DIR
+
+    doc = json.loads((DEMO_MODEL_DIR / "model.json").read_text(encoding="utf-8"))
+    assert doc["predicates"] == schema_documents()
+
+
 def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
     from nlp.manifest import load_manifest
     from training.corpus import write_corpus
@@ -194,6 +203,10 @@ def test_train_tiny_run_writes_a_loadable_model_dir(tmp_path: Path) -> None:
     assert manifest.task == "triples" and len(manifest.predicates) == len(PREDICATES)
     assert manifest.vocab_path == (out / "vocab.txt").resolve()  # self-contained (issue 19)
     assert manifest.threshold == 1e9 and manifest.link_rule == "mean"
+    limited = {
+        p.predicate: p.cardinality for p in manifest.predicates if p.cardinality != "many_to_many"
+    }
+    assert limited == dict.fromkeys(ONE_TO_ONE, "one_to_one")
     trained = json.loads((out / "training.json").read_text())
     assert trained["steps"] >= 1 and trained["threshold"] == 1e9 and trained["link_rule"] == "mean"
     scores, errors = evaluate(out, data)
