@@ -23,8 +23,8 @@ SUBJECT, OBJECT = 0, 1
 # mean above it: a sure link at one end carries a doubtful one at the other).
 LINK_RULES = ("both", "mean")
 
-# How many links a predicate may make per text (``model.json``'s ``predicates[].cardinality``), read
-# as "many subjects to one object": ``many_to_one`` gives each subject at most one object (出生日期:
+# How many links a predicate may make in a window (``model.json``'s ``predicates[].cardinality``),
+# read as "many subjects to one object": ``many_to_one`` gives each subject at most one object (出生日期:
 # a person is born once), ``one_to_many`` each object at most one subject, ``one_to_one`` both (首都:
 # a country has one capital, a city is the capital of one country), ``many_to_many`` no limit (the
 # default: 主演). Where the linker finds more, the links it scores highest are kept: in parallel
