@@ -126,6 +126,7 @@ demo-model: $(TRAINING_STAMP)  ## rebuild models/demo exactly as committed (55 m
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/demo
 	$(BIN)/spo evaluate tests/training/data/everyday_dev.jsonl --model models/demo --format text
+	$(BIN)/spo evaluate tests/training/data/everyday_dev2.jsonl --model models/demo --format text
 	$(BIN)/spo evaluate tests/training/data/everyday_unseen.jsonl --model models/demo --format text
 
 ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as committed (training 10 min on 2 idle AMD EPYC cores, 15 on an Intel Xeon; with the corpus and evaluations a few more)

@@ -28,6 +28,7 @@ DATA = Path(__file__).parent / "data"
 EVERYDAY = DATA / "everyday.jsonl"
 UNSEEN = DATA / "everyday_unseen.jsonl"
 DEV = DATA / "everyday_dev.jsonl"
+DEV2 = DATA / "everyday_dev2.jsonl"
 
 
 def test_evaluate_micro_scores() -> None:
@@ -64,10 +65,14 @@ def test_evaluate_gold_entities_are_positions_of_every_mention() -> None:
     assert gold_entities(rec) == {(0, 2, "人物"), (4, 8, "机构"), (9, 11, "人物")}
 
 
-# -- the hand-written everyday sets of issue 23: unseen (the test set) and dev (for tuning) -------
+# -- the hand-written everyday sets of issue 23: unseen (the test set), dev and dev2 (for tuning) --
 
 # set file, least records, least records per pattern
-EVERYDAY_SETS = [pytest.param(UNSEEN, 150, 4, id="unseen"), pytest.param(DEV, 160, 5, id="dev")]
+EVERYDAY_SETS = [
+    pytest.param(UNSEEN, 150, 4, id="unseen"),
+    pytest.param(DEV, 160, 5, id="dev"),
+    pytest.param(DEV2, 500, 20, id="dev2"),
+]
 
 
 def _texts_hashes(path: Path) -> set[str]:
@@ -116,10 +121,13 @@ def test_evaluate_everyday_set_of_issue_23_covers_every_predicate_and_pattern(
     assert set(tagged) == set(PATTERNS)
 
 
-def test_evaluate_dev_set_shares_no_text_with_the_unseen_set() -> None:
+@pytest.mark.parametrize(("first", "second"), [(DEV, UNSEEN), (DEV2, UNSEEN), (DEV2, DEV)])
+def test_evaluate_tuning_sets_share_no_text_with_each_other_or_the_unseen_set(
+    first: Path, second: Path
+) -> None:
     """Compared as hashes, and a failure reports only a count: the unseen texts are never shown."""
-    shared = len(_texts_hashes(DEV) & _texts_hashes(UNSEEN))
-    assert shared == 0, f"{shared} dev text(s) equal unseen texts"
+    shared = len(_texts_hashes(first) & _texts_hashes(second))
+    assert shared == 0, f"{shared} text(s) of {first.name} equal texts of {second.name}"
 
 
 # -- scores per label and per pattern ------------------------------------------------------------
