@@ -136,6 +136,7 @@ ner-model: $(TRAINING_STAMP)  ## rebuild models/ner (entities) exactly as commit
 	$(BIN)/spo evaluate data/heldout.jsonl --model models/ner
 	$(BIN)/spo evaluate tests/training/data/everyday.jsonl --model models/ner
 	$(BIN)/spo evaluate tests/training/data/everyday_dev.jsonl --model models/ner
+	$(BIN)/spo evaluate tests/training/data/everyday_dev2.jsonl --model models/ner
 	$(BIN)/spo evaluate tests/training/data/everyday_unseen.jsonl --model models/ner
 
 # The image needs BuildKit (RUN --mount for the CA secret): Debian's docker.io client has it built in;
