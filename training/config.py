@@ -70,6 +70,8 @@ class TrainConfig:
     is the share of input tokens replaced at random in each batch (``training.train.noise_tokens``,
     labels unchanged; 0 turns it off); ``ema`` is the decay of an exponential moving average of the
     weights, updated after every step and exported instead of the last step's (0 turns it off).
+    ``xla`` compiles the training step with XLA (``training.train.XLA_LENGTHS``: every batch then has
+    one of a few fixed shapes, each compiled once).
     ``serve_length`` (``None``: ``max_length``) is the ``max_length`` written to ``model.json``: the
     longest input the server gives the model, longer texts read in windows of it; a model reads best
     the positions its corpus filled (the demo corpus: 99% of its texts within 94 tokens).
@@ -90,6 +92,7 @@ class TrainConfig:
     dropout: float | None = None
     token_noise: float = 0.0
     ema: float = 0.0
+    xla: bool = False
     max_length: int = 128
     serve_length: int | None = None
     head_size: int = 64

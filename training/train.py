@@ -42,6 +42,11 @@ from training.schema import ENTITY_TYPES, entity_spans, schema_documents, triple
 logger = logging.getLogger(__name__)
 
 TRAIN_LENGTHS = (32, 64, 96, 128)
+# With ``TrainConfig.xla`` every batch shape is compiled once, so finer lengths cost a compile each
+# (about 20 s on 2 CPU cores) and save padding on every step: a step's cost grows faster than its
+# length (the GlobalPointer scores are length x length), and the XLA step at 48 tokens takes 0.6 of
+# the one at 64 (bench figures in docs/training.md).
+XLA_LENGTHS = (16, 32, 48, 64, 80, 96, 112, 128)
 MAX_ENTITY_LABELS = 16
 MAX_PAIR_LABELS = 8
 # The label arrays of the outputs, in role order (a task has the first n), each with its cap.
@@ -199,9 +204,26 @@ def make_batch(
 
 
 def plan_epoch(
-    examples: Sequence[Example], batch_size: int, rng: random.Random, lengths: Sequence[int]
+    examples: Sequence[Example],
+    batch_size: int,
+    rng: random.Random,
+    lengths: Sequence[int],
+    full: bool = False,
 ) -> list[tuple[int, list[int]]]:
-    """Shuffled batches of examples that share a padded length from ``lengths``."""
+    """Shuffled batches of examples that share a padded length from ``lengths``. Each example is in
+    one batch; with ``full``, a length's last batch is topped up to ``batch_size`` with examples of
+    that length drawn again, so that every batch has one of ``len(lengths)`` shapes.
+
+    >>> from types import SimpleNamespace as Ex
+    >>> examples = [Ex(token_ids=[0] * n) for n in (3, 5, 9, 9, 9)]
+    >>> sorted((length, len(b)) for length, b in plan_epoch(examples, 2, random.Random(0), [4, 16]))
+    [(4, 1), (16, 2), (16, 2)]
+    >>> batches = plan_epoch(examples, 2, random.Random(0), [4, 16], full=True)
+    >>> sorted((length, len(b)) for length, b in batches)
+    [(4, 2), (16, 2), (16, 2)]
+    >>> sorted(i for _, b in batches for i in set(b))
+    [0, 1, 2, 3, 4]
+    """
     by_length: dict[int, list[int]] = {}
     for i, ex in enumerate(examples):
         length = next(x for x in lengths if x >= len(ex.token_ids))
@@ -209,6 +231,8 @@ def plan_epoch(
     batches = []
     for length, idx in sorted(by_length.items()):
         rng.shuffle(idx)
+        if full:
+            idx += [rng.choice(idx) for _ in range(-len(idx) % batch_size)]
         batches += [(length, idx[k : k + batch_size]) for k in range(0, len(idx), batch_size)]
     rng.shuffle(batches)
     return batches
@@ -324,7 +348,8 @@ def train(config: TrainConfig) -> Path:
     bert_config["max_position_embeddings"] = max(
         bert_config.get("max_position_embeddings", 0), config.max_length
     )
-    lengths = [x for x in TRAIN_LENGTHS if x < config.max_length] + [config.max_length]
+    lengths = [x for x in (XLA_LENGTHS if config.xla else TRAIN_LENGTHS) if x < config.max_length]
+    lengths.append(config.max_length)
 
     # Checked before any work: a line that is not a record, a predicate (an entity type) the
     # schema lacks, an argument not in its text: DataError naming the line.
@@ -383,13 +408,19 @@ def train(config: TrainConfig) -> Path:
         dtype="int32",
     )
     noise_rng = np.random.default_rng(config.seed)
-    steps_per_epoch = len(plan_epoch(examples, config.batch_size, random.Random(0), lengths))
+    steps_per_epoch = len(
+        plan_epoch(examples, config.batch_size, random.Random(0), lengths, config.xla)
+    )
     planned = config.max_steps if config.max_steps else steps_per_epoch * config.epochs
     total = max(planned, config.warmup_steps + 1)
     optimizer = keras.optimizers.Adam(
         learning_rate=_warmup_linear_decay(config.learning_rate, config.warmup_steps, total)
     )
-    model.compile(loss=[globalpointer_crossentropy] * task.n_outputs, optimizer=optimizer)
+    model.compile(
+        loss=[globalpointer_crossentropy] * task.n_outputs,
+        optimizer=optimizer,
+        jit_compile=config.xla,
+    )
     # model.weights is get_weights()'s order, the order the export takes.
     average = WeightAverage(model.weights, config.ema) if config.ema else None
 
@@ -400,7 +431,7 @@ def train(config: TrainConfig) -> Path:
     epoch = 0
     while step < planned:
         running = 0.0
-        for length, idx in plan_epoch(examples, config.batch_size, rng, lengths):
+        for length, idx in plan_epoch(examples, config.batch_size, rng, lengths, config.xla):
             x, y = make_batch([examples[i] for i in idx], length, config.task)
             if config.token_noise:
                 x[0] = noise_tokens(x[0], config.token_noise, pool, noise_rng, keep)
@@ -489,6 +520,7 @@ def train(config: TrainConfig) -> Path:
                 "seed": config.seed,
                 "token_noise": config.token_noise,
                 "ema": config.ema,
+                "xla": config.xla,
                 "threshold": config.threshold,
                 **({"link_rule": config.link_rule} if task is Task.TRIPLES else {}),
                 "head_size": config.head_size,

@@ -314,6 +314,14 @@ MAX_STEPS = 10_000_000
     "exported instead of the last step's (0.999: about the last 1,000 steps; 0 turns it off).",
 )
 @click.option(
+    "--xla/--no-xla",
+    default=TrainConfig.xla,
+    show_default=True,
+    help="Compile each training step with XLA: about a third faster a step on 2 CPU cores for "
+    "the demo model, after a compile of about 20 s for each of its 8 batch shapes (lengths in "
+    "steps of 16, every batch full).",
+)
+@click.option(
     "--max-minutes",
     type=float,
     default=TrainConfig.max_minutes,
@@ -360,6 +368,7 @@ def train_command(
     dropout: float | None,
     token_noise: float,
     ema: float,
+    xla: bool,
     max_minutes: float,
     hidden_size: int,
     threshold: float,
@@ -399,6 +408,7 @@ def train_command(
             dropout=dropout,
             token_noise=token_noise,
             ema=ema,
+            xla=xla,
             max_minutes=max_minutes,
             seed=seed,
             task=task,

@@ -271,6 +271,36 @@ def test_train_max_steps_is_an_exact_stop_across_epochs(
 
 
 @pytest.mark.slow
+def test_train_xla_run_gives_every_step_a_full_batch_of_a_few_lengths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``xla`` each batch shape is compiled once: every batch is full and its length one of
+    XLA_LENGTHS (up to max_length), and the run still writes a model that loads and answers."""
+    from training.corpus import write_corpus
+    from training.evaluate import evaluate
+    from training.train import XLA_LENGTHS, train
+
+    shapes: list[tuple[int, ...]] = []
+    batch_of = training.train.make_batch
+
+    def spy(examples, length, task="triples"):  # type: ignore[no-untyped-def]
+        x, y = batch_of(examples, length, task)
+        shapes.append(x[0].shape)
+        return x, y
+
+    monkeypatch.setattr(training.train, "make_batch", spy)
+    data = tmp_path / "train.jsonl"
+    write_corpus(data, 30, seed=7)  # 30 texts, batches of 4: some lengths' last batch is short
+    out = train(_tiny(tmp_path, data, xla=True, max_steps=9, max_length=80))  # type: ignore[arg-type]
+    assert len(shapes) == 9 and {b for b, _ in shapes} == {4}
+    assert {length for _, length in shapes} <= {x for x in XLA_LENGTHS if x < 80} | {80}
+    record = json.loads((out / "training.json").read_text())
+    assert record["xla"] is True and record["steps"] == 9
+    scores, _ = evaluate(out, data)
+    assert scores.records == 30 and scores.predicted == 0
+
+
+@pytest.mark.slow
 def test_train_tiny_entities_run_writes_a_loadable_ner_model_dir(tmp_path: Path) -> None:
     from nlp.manifest import load_manifest
     from training.corpus import write_corpus
