@@ -38,19 +38,23 @@ PREDICATES = tuple(p for p, _, _ in SCHEMA)
 SPOUSE_INVERSE = {"妻子": "丈夫", "丈夫": "妻子"}
 
 
-# Predicates that link at most once per subject and per object in a text (a country has one capital
-# and a city is one country's capital; a husband has one wife, as the corpus writes them): the
-# decoder keeps their best-scoring links (``nlp.decoding.CARDINALITIES``). Chosen from what the
-# predicates mean, not from scores; the others stay unlimited (a book with two authors, a city
-# many were born in).
+# Predicates that link at most once in a text, so the decoder keeps their best-scoring links
+# (``nlp.decoding.CARDINALITIES``): once per subject and per object for a country's capital (and a city
+# is one country's capital) and a spouse (a husband has one wife, as the corpus writes them); once per
+# subject for what a person, a company or a place has one of (one birthplace, one father, one founding
+# date, ...). Chosen from what the predicates mean, not from scores; the others stay unlimited (a book
+# with two authors, a song with two singers). Parallel statements (``A、B分别成立于X、Y``) are where the
+# limits pay: without them a crossed link (A, Y) can pass the threshold beside the straight one.
 ONE_TO_ONE = ("首都", "妻子", "丈夫")
+MANY_TO_ONE = ("出生地", "出生日期", "父亲", "母亲", "总部地点", "成立日期", "祖籍", "民族")
+CARDINALITY = dict.fromkeys(ONE_TO_ONE, "one_to_one") | dict.fromkeys(MANY_TO_ONE, "many_to_one")
 
 
 def schema_documents() -> list[dict[str, str]]:
     """The schema as ``model.json`` predicate entries (DuIE ``all_50_schemas`` field names)."""
     return [
         {"predicate": p, "subject_type": s, "object_type": o}
-        | ({"cardinality": "one_to_one"} if p in ONE_TO_ONE else {})
+        | ({"cardinality": CARDINALITY[p]} if p in CARDINALITY else {})
         for p, s, o in SCHEMA
     ]
 
